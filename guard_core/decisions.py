@@ -1,0 +1,153 @@
+"""Decisions: what the guards do here, as records with a one-line rendering."""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass, field
+
+from . import TAG
+from .settings import MOE, MOE_FIXED_IN, WORKSPACE, Settings, format_bytes
+from .sizing import MIB, Requirement, round_up_mib
+from .versions import is_version, parse_version
+
+
+def _mib(n: int) -> str:
+    return format_bytes(n) if n % MIB == 0 else f"{n / MIB:.1f} MiB"
+
+
+@dataclass(frozen=True)
+class Decision:
+    area: str  # "workspace" | "moe"
+    action: str
+    reason: str
+    level: str = "info"
+    inputs: dict = field(default_factory=dict)
+    numbers: dict = field(default_factory=dict)
+    text: str = ""
+
+    @property
+    def line(self) -> str:
+        return f"{TAG} {self.area}: {self.text}"
+
+    def as_dict(self) -> dict:
+        return {"area": self.area, "action": self.action, "reason": self.reason, "level": self.level,
+                "inputs": dict(self.inputs), "numbers": dict(self.numbers), "line": self.line}
+
+
+@dataclass(frozen=True)
+class WorkspaceDecision(Decision):
+    allocate_bytes: int = 0
+
+
+def describe_need(req: Requirement) -> str:
+    s = req.dominant
+    l = req.layout
+    if s is None:
+        return f"FlashInfer {req.flashinfer_version} plans nothing in this buffer"
+    dom = s.dominant_allocation
+    where = {
+        "cuda_graph_decode": f"CUDA-graph batch {s.batch}",
+        "cuda_graph_verify": f"CUDA-graph verify batch {s.batch} x {s.q_len} tokens",
+        "eager_decode": f"eager decode of {s.batch} requests",
+        "eager_prefill": f"eager prefill of {s.batch} x {s.q_len} tokens",
+    }.get(s.name, s.name)
+    planner = {"fa2": "prefill planner", "decode": "decode planner", "fa3": "SM90 planner"}.get(s.planner, s.planner)
+    hd = f"head_dim {l.head_dim_qk}" if l.head_dim_qk == l.head_dim_vo else f"head_dim {l.head_dim_qk}/{l.head_dim_vo}"
+    return (f"FlashInfer {req.flashinfer_version} {planner} needs {_mib(req.float_bytes)} at {where}"
+            f"{' (' + dom.name + ')' if dom else ''} ({l.num_qo_heads} q / {l.num_kv_heads} kv heads per rank, "
+            f"{hd}, {req.gpu.num_sms} SMs)")
+
+
+def decide_workspace(
+    requirement: Requirement | None,
+    *,
+    framework: str,
+    server_bytes: int,
+    user_bytes: int | None = None,
+    user_var: str | None = None,
+    settings: Settings,
+    flashinfer_version: str | None = None,
+    layout=None,
+    gpu=None,
+) -> WorkspaceDecision:
+    """How big to make the float workspace.
+
+    ``server_bytes`` is what the server would allocate on its own (including a
+    user-set native size, which ``user_bytes`` names). We never shrink it.
+    """
+    fi = flashinfer_version or (requirement.flashinfer_version if requirement else "?")
+    need = requirement.float_bytes if requirement else 0
+    numbers = {"need_bytes": need, "server_bytes": server_bytes}
+    inputs = {"framework": framework, "flashinfer": fi, "setting": settings.workspace}
+    if settings.workspace == "off":
+        return WorkspaceDecision("workspace", "off", f"{WORKSPACE}=off", "info", inputs, numbers,
+                                 f"off ({WORKSPACE}=off); {framework} allocates {_mib(server_bytes)}",
+                                 allocate_bytes=server_bytes)
+    if settings.workspace == "size":
+        size = settings.workspace_bytes or 0
+        alloc = max(size, server_bytes)
+        numbers.update(setting_bytes=size, allocate_bytes=alloc)
+        if requirement is not None and alloc < need:
+            text = (f"{WORKSPACE}={_mib(size)} is below the computed need {_mib(need)} "
+                    f"({describe_need(requirement)}); using {_mib(alloc)} as asked")
+            return WorkspaceDecision("workspace", "size", "size below need", "warning", inputs, numbers, text,
+                                     allocate_bytes=alloc)
+        kept = "" if alloc == size else f" (kept {framework}'s larger {_mib(server_bytes)})"
+        return WorkspaceDecision("workspace", "size", f"{WORKSPACE} set", "info", inputs, numbers,
+                                 f"{WORKSPACE}={_mib(size)}: allocating {_mib(alloc)}{kept}", allocate_bytes=alloc)
+    # auto
+    if requirement is None:
+        return WorkspaceDecision("workspace", "ok", "no requirement", "info", inputs, numbers,
+                                 f"ok, nothing to size (FlashInfer {fi}); keeping {_mib(server_bytes)}",
+                                 allocate_bytes=server_bytes)
+    if need <= server_bytes:
+        src = f"{user_var}={_mib(server_bytes)}" if user_bytes else f"{_mib(server_bytes)} allocated"
+        return WorkspaceDecision("workspace", "ok", "need fits", "info", inputs, numbers,
+                                 f"ok, need {_mib(need)} <= {src} (FlashInfer {fi})",
+                                 allocate_bytes=server_bytes)
+    alloc = round_up_mib(need)
+    numbers["allocate_bytes"] = alloc
+    if user_bytes:
+        text = (f"{user_var}={_mib(server_bytes)} is too small: {describe_need(requirement)}; "
+                f"raising {_mib(server_bytes)} -> {_mib(alloc)}")
+        return WorkspaceDecision("workspace", "raise", "user size too small", "warning", inputs, numbers, text,
+                                 allocate_bytes=alloc)
+    text = f"{describe_need(requirement)}; raising {_mib(server_bytes)} -> {_mib(alloc)}"
+    return WorkspaceDecision("workspace", "raise", "need exceeds default", "info", inputs, numbers, text,
+                             allocate_bytes=alloc)
+
+
+ARM_MACHINES = ("aarch64", "arm64", "armv8l", "armv8b")
+
+
+@dataclass(frozen=True)
+class MoeDecision:
+    block: bool
+    reason: str
+    inputs: dict = field(default_factory=dict)
+
+    def line(self, detail: str) -> str:
+        return f"{TAG} moe: {self.reason}: {detail}"
+
+    def as_dict(self) -> dict:
+        return {"area": "moe", "block": self.block, "reason": self.reason, "inputs": dict(self.inputs)}
+
+
+def decide_moe(settings: Settings, *, machine: str | None = None, flashinfer_version: str | None = None) -> MoeDecision:
+    machine = machine if machine is not None else platform.machine()
+    inputs = {"machine": machine, "flashinfer": flashinfer_version, "setting": settings.moe,
+              "fixed_in": settings.moe_fixed_in}
+    if settings.moe == "off":
+        return MoeDecision(False, f"{MOE}=off", inputs)
+    if settings.moe == "on":
+        return MoeDecision(True, f"{MOE}=on", inputs)
+    arm = machine.lower() in ARM_MACHINES
+    if not arm:
+        return MoeDecision(False, f"{machine} host, TRT-LLM fused MoE left as is", inputs)
+    if flashinfer_version is None:
+        return MoeDecision(False, f"{machine} without FlashInfer installed, nothing to guard", inputs)
+    fixed = settings.moe_fixed_in
+    if is_version(flashinfer_version) and parse_version(flashinfer_version) >= parse_version(fixed):
+        return MoeDecision(False, f"{machine} with FlashInfer {flashinfer_version} >= {fixed} "
+                                  f"({MOE_FIXED_IN}), TRT-LLM fused MoE left as is", inputs)
+    return MoeDecision(True, f"{machine} with FlashInfer {flashinfer_version} < {fixed}", inputs)

@@ -1,0 +1,71 @@
+"""One line per decision per process, through the host framework's logger."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from . import TAG
+
+
+def tagged(msg: str) -> str:
+    return msg if msg.startswith(TAG) else f"{TAG} {msg}"
+
+
+class GuardLog:
+    """Wraps the framework's logger: tags lines, says each keyed line once.
+
+    ``level`` follows FLASHINFER_GUARD_LOG: ``warning`` drops info lines,
+    ``debug`` lets debug lines through (at INFO, since the frameworks'
+    loggers run at INFO).
+    """
+
+    def __init__(self, logger: logging.Logger | None = None, level: str = "info"):
+        self.logger = logger or logging.getLogger("flashinfer_guard")
+        self.level = level
+        self._said: set[str] = set()
+        self._lock = threading.Lock()
+
+    def _first(self, key: str | None) -> bool:
+        if key is None:
+            return True
+        with self._lock:
+            if key in self._said:
+                return False
+            self._said.add(key)
+            return True
+
+    def _emit(self, level: int, msg: str) -> None:
+        try:
+            self.logger.log(level, tagged(msg))
+        except Exception:  # a broken handler must not break the server
+            pass
+
+    def info(self, msg: str, key: str | None = None) -> None:
+        if self.level != "warning" and self._first(key):
+            self._emit(logging.INFO, msg)
+
+    def debug(self, msg: str, key: str | None = None) -> None:
+        if self.level == "debug" and self._first(key):
+            self._emit(logging.INFO, msg)
+
+    def warning(self, msg: str, key: str | None = None) -> None:
+        if self._first(key):
+            self._emit(logging.WARNING, msg)
+
+    def info_once(self, key: str, msg: str) -> None:
+        self.info(msg, key=key)
+
+    def warning_once(self, key: str, msg: str) -> None:
+        self.warning(msg, key=key)
+
+    def decision(self, dec, key: str | None = None) -> None:
+        """Log a Decision (see decisions.py) at its level."""
+        if dec.level == "warning":
+            self.warning(dec.line, key=key)
+        else:
+            self.info(dec.line, key=key)
+
+    def settings_warnings(self, settings) -> None:
+        for w in settings.warnings:
+            self.warning(w, key="settings:" + w)

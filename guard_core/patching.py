@@ -1,0 +1,226 @@
+"""The one patching utility both adapters use.
+
+- ``when_imported``: post-import hooks (a ``sys.meta_path`` finder that wraps
+  the real loader), so ``register()`` imports nothing heavy.
+- ``wrap_attr`` / ``unwrap_attr``: transparent, idempotent wrapping that keeps
+  the original reachable as ``__wrapped__`` (and ``cache_clear`` of
+  ``functools.cache`` functions).
+- ``rebind_everywhere``: replace a function in every module that imported it
+  by name.
+- ``guarded``: run our code so that any exception is logged once and the
+  caller falls back to the server's own behaviour.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import sys
+import threading
+from typing import Any, Callable
+
+MARK = "__flashinfer_guard__"
+
+_lock = threading.RLock()
+_hooks: dict[str, dict[str, Callable]] = {}
+_finder_installed = False
+_searching = threading.local()
+
+
+class _LoaderProxy:
+    """Delegates to the real loader; runs the hooks after exec_module."""
+
+    def __init__(self, loader, fullname: str):
+        self._fg_loader = loader
+        self._fg_name = fullname
+
+    def __getattr__(self, name):
+        return getattr(self._fg_loader, name)
+
+    def create_module(self, spec):
+        create = getattr(self._fg_loader, "create_module", None)
+        return create(spec) if create else None
+
+    def exec_module(self, module):
+        self._fg_loader.exec_module(module)
+        try:  # leave the proxy out of the module's identity where possible
+            module.__loader__ = self._fg_loader
+            if getattr(module, "__spec__", None) is not None:
+                module.__spec__.loader = self._fg_loader
+        except Exception:
+            pass
+        _run_hooks(self._fg_name, module)
+
+
+class _PostImportFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in _hooks:
+            return None
+        busy = getattr(_searching, "names", None)
+        if busy is None:
+            busy = _searching.names = set()
+        if fullname in busy:
+            return None
+        busy.add(fullname)
+        try:
+            for finder in list(sys.meta_path):
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    break
+            else:
+                return None
+        finally:
+            busy.discard(fullname)
+        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _LoaderProxy(spec.loader, fullname)
+        return spec
+
+
+def _run_hooks(fullname: str, module) -> None:
+    with _lock:
+        callbacks = list(_hooks.get(fullname, {}).values())
+    for cb in callbacks:
+        try:
+            cb(module)
+        except Exception:  # hooks are fail-open by contract; callers log inside
+            pass
+
+
+def when_imported(module_name: str, callback: Callable[[Any], None], key: str | None = None) -> None:
+    """Run ``callback(module)`` right after ``module_name`` is imported.
+
+    If it is already imported, run it now. Registering the same key twice is
+    a no-op, so adapters may call this from every ``register()``.
+    """
+    global _finder_installed
+    key = key or f"{getattr(callback, '__module__', '')}.{getattr(callback, '__qualname__', repr(callback))}"
+    with _lock:
+        per_module = _hooks.setdefault(module_name, {})
+        if key in per_module:
+            return
+        per_module[key] = callback
+        if not _finder_installed:
+            sys.meta_path.insert(0, _PostImportFinder())
+            _finder_installed = True
+    module = sys.modules.get(module_name)
+    if module is not None:
+        try:
+            callback(module)
+        except Exception:
+            pass
+
+
+def clear_import_hooks() -> None:
+    """Forget every registered post-import hook (tests, uninstrument)."""
+    with _lock:
+        _hooks.clear()
+
+
+def is_wrapped(obj) -> bool:
+    return bool(getattr(obj, MARK, False))
+
+
+def wrap_attr(owner, name: str, make_wrapper: Callable[[Callable], Callable]) -> bool:
+    """Replace ``owner.name`` by ``make_wrapper(original)``; idempotent.
+
+    Returns False when the attribute is missing or already ours.
+    """
+    with _lock:
+        raw = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+        if raw is None or is_wrapped(raw):
+            return False
+        is_static = isinstance(raw, staticmethod)
+        is_class = isinstance(raw, classmethod)
+        original = raw.__func__ if (is_static or is_class) else raw
+        wrapper = make_wrapper(original)
+        try:
+            functools.update_wrapper(wrapper, original)
+        except Exception:
+            pass
+        for extra in ("cache_clear", "cache_info", "cache_parameters"):
+            if hasattr(original, extra) and not hasattr(wrapper, extra):
+                try:
+                    setattr(wrapper, extra, getattr(original, extra))
+                except Exception:
+                    pass
+        wrapper.__wrapped__ = original
+        setattr(wrapper, MARK, True)
+        if is_static:
+            wrapper = staticmethod(wrapper)
+        elif is_class:
+            wrapper = classmethod(wrapper)
+        setattr(owner, name, wrapper)
+        return True
+
+
+def unwrap_attr(owner, name: str) -> bool:
+    with _lock:
+        raw = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+        if raw is None:
+            return False
+        func = raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
+        if not is_wrapped(func):
+            return False
+        original = func.__wrapped__
+        if isinstance(raw, staticmethod):
+            original = staticmethod(original)
+        elif isinstance(raw, classmethod):
+            original = classmethod(original)
+        setattr(owner, name, original)
+        return True
+
+
+def rebind_everywhere(old, new, prefix: str = "") -> list[str]:
+    """Point every module global bound to ``old`` at ``new``.
+
+    Only modules whose name starts with ``prefix`` are scanned. Returns the
+    ``module.name`` places rebound.
+    """
+    places = []
+    for mod_name, module in list(sys.modules.items()):
+        if module is None or (prefix and not mod_name.startswith(prefix)):
+            continue
+        try:
+            namespace = vars(module)
+        except TypeError:
+            continue
+        for attr, value in list(namespace.items()):
+            if value is old:
+                try:
+                    setattr(module, attr, new)
+                    places.append(f"{mod_name}.{attr}")
+                except Exception:
+                    pass
+    return places
+
+
+def guarded(log, key: str, what: str, fn: Callable, *args, default=None, **kwargs):
+    """Call our ``fn``; on any exception log one warning and return ``default``."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:  # fail open: the server goes on as if we were absent
+        try:
+            log.warning_once(
+                "error:" + key,
+                f"{what} skipped after an internal error ({type(exc).__name__}: {exc}); "
+                "the server continues with its own behaviour",
+            )
+        except Exception:
+            pass
+        return default
+
+
+def fail_open(log, key: str, what: str | None = None, default=None):
+    """Decorator form of ``guarded``."""
+
+    def deco(fn):
+        @functools.wraps(fn)
+        def inner(*args, **kwargs):
+            return guarded(log, key, what or fn.__name__, fn, *args, default=default, **kwargs)
+
+        return inner
+
+    return deco

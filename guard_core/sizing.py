@@ -1,0 +1,368 @@
+"""The serving envelope: the most bytes FlashInfer will ask of the workspace.
+
+Adapters describe the situation in framework-free terms (``AttentionLayout``
+per rank, ``ServingLimits``, ``Planners``, a ``Gpu`` and the installed
+FlashInfer version); ``compute_requirement`` runs the planner model over every
+request shape the server can send and names the scenario and the allocation
+that dominate:
+
+- ``cuda_graph_decode``: each CUDA-graph capture size, one query token each;
+- ``cuda_graph_verify``: each capture size with ``1 + draft_tokens`` queries
+  (speculative verify), when the server captures verify graphs;
+- ``eager_decode``: a decode batch outside CUDA graphs;
+- ``eager_prefill``: a prefill/mixed batch up to the max batched tokens.
+
+The eager figures are the planner's output for concrete batches that reach
+the bound (split-KV scratch grows with the split batch, which the planner caps
+at ``2 * SMs / kv_heads``; the worst case is a short query against a long KV
+cache), not a loose product.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from . import flashinfer_model as fm
+from .gpus import Gpu
+from .versions import parse_version
+
+MIB = 1 << 20
+INT_WORKSPACE_BYTES = 8 * MIB  # FlashInfer wrappers' own int buffer
+
+
+@dataclass(frozen=True)
+class AttentionLayout:
+    """Attention of one rank: heads per rank, head dims, page size."""
+
+    num_qo_heads: int
+    num_kv_heads: int
+    head_dim_qk: int
+    head_dim_vo: int | None = None
+    page_size: int = 1
+    kv_dtype_bytes: int = 2
+    window_left: int = -1
+
+    def __post_init__(self):
+        if self.head_dim_vo is None:
+            object.__setattr__(self, "head_dim_vo", self.head_dim_qk)
+        for name in ("num_qo_heads", "num_kv_heads", "head_dim_qk", "head_dim_vo", "page_size", "kv_dtype_bytes"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if self.num_qo_heads % self.num_kv_heads:
+            raise ValueError(f"query heads ({self.num_qo_heads}) must be a multiple of KV heads ({self.num_kv_heads})")
+
+    @property
+    def gqa_group(self) -> int:
+        return self.num_qo_heads // self.num_kv_heads
+
+
+@dataclass(frozen=True)
+class ServingLimits:
+    capture_sizes: tuple[int, ...] = ()
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    draft_tokens: int = 0
+    eager: bool = True
+    max_model_len: int | None = None
+    verify_in_graph: bool = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "capture_sizes", tuple(sorted({int(b) for b in self.capture_sizes})))
+        for b in self.capture_sizes:
+            if b <= 0:
+                raise ValueError(f"capture sizes must be positive, got {b}")
+        for name in ("max_num_seqs", "max_num_batched_tokens"):
+            if int(getattr(self, name)) <= 0:
+                raise ValueError(f"{name} must be positive")
+        if self.draft_tokens < 0:
+            raise ValueError("draft_tokens must be >= 0")
+
+
+@dataclass(frozen=True)
+class Planners:
+    """Which FlashInfer planner serves each phase in this buffer.
+
+    prefill: ``fa2`` | ``fa3`` (SM90 backend, int buffer only) | ``none``
+    (e.g. TRT-LLM-gen prefill). decode: ``fa2`` (tensor-core decode through
+    the prefill planner) | ``decode`` (CUDA-core decode planner) | ``trtllm``
+    / ``none`` (plans nothing in this buffer).
+    """
+
+    prefill: str = "fa2"
+    decode: str = "fa2"
+    decode_blocks_per_sm: int | None = None
+    decode_uniform_q_len: bool | None = None  # None: what the caller passes for that release
+
+    def __post_init__(self):
+        if self.prefill not in ("fa2", "fa3", "none", "trtllm"):
+            raise ValueError(f"unknown prefill planner {self.prefill!r}")
+        if self.decode not in ("fa2", "decode", "trtllm", "none"):
+            raise ValueError(f"unknown decode planner {self.decode!r}")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    batch: int
+    q_len: int
+    plan: fm.Plan
+    planner: str
+
+    @property
+    def float_bytes(self) -> int:
+        return self.plan.float_bytes
+
+    @property
+    def int_bytes(self) -> int:
+        return self.plan.int_bytes
+
+    @property
+    def dominant_allocation(self) -> fm.Allocation | None:
+        floats = [a for a in self.plan.allocations if a.buffer == "float"]
+        return max(floats or self.plan.allocations, key=lambda a: a.bytes, default=None)
+
+    def as_dict(self) -> dict:
+        dom = self.dominant_allocation
+        return {
+            "name": self.name, "batch": self.batch, "q_len": self.q_len, "planner": self.planner,
+            "float_bytes": self.float_bytes, "int_bytes": self.int_bytes,
+            "split_kv": self.plan.split_kv, "padded_batch_size": self.plan.padded_batch_size,
+            "cta_tile_q": self.plan.cta_tile_q,
+            "dominant_allocation": dom.name if dom else None,
+            "allocations": [{"name": a.name, "buffer": a.buffer, "bytes": a.bytes} for a in self.plan.allocations],
+        }
+
+
+@dataclass(frozen=True)
+class Requirement:
+    float_bytes: int
+    int_bytes: int
+    scenarios: tuple[Scenario, ...]
+    dominant: Scenario | None
+    flashinfer_version: str
+    layout: AttentionLayout
+    gpu: Gpu
+    planners: Planners
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def int_overflow(self) -> bool:
+        return self.int_bytes > INT_WORKSPACE_BYTES
+
+
+def _uniform_for(caller: str, version: str, planners: Planners) -> bool:
+    if planners.decode_uniform_q_len is not None:
+        return planners.decode_uniform_q_len
+    # FlashInfer 0.7.4's own tensor-core decode plan passes uniform_q_len=1 and
+    # fixed_uniform_q_len=True; SGLang calls FlashInfer's function, vLLM its own copy.
+    return caller == "sglang" and parse_version(version) >= parse_version("0.7.4")
+
+
+def decode_blocks_per_sm_bound(layout: AttentionLayout, gpu: Gpu) -> int:
+    """An upper bound on the CUDA-core decode kernel's occupancy.
+
+    The real value comes from ``cudaOccupancyMaxActiveBlocksPerMultiprocessor``
+    on the device; without a device we bound it by threads and shared memory
+    (registers can only lower it), which over-sizes, never under-sizes.
+    """
+    d, g, kvb = layout.head_dim_vo, layout.gqa_group, layout.kv_dtype_bytes
+    vec = max(16 // kvb, d // 32)
+    bdx = max(d // vec, 1)
+    bdy = g
+    threads = max(128, bdx * bdy)
+    bdz = max(threads // (bdx * bdy), 1)
+    stages = 2 if gpu.cc[0] >= 8 else 1
+    tile = (2 if kvb == 1 else 4) if g == 1 else 1
+    smem = 2 * stages * tile * bdy * bdz * d * kvb + max(tile * threads * 8, 2 * bdy * bdz * 4)
+    smem_sm = gpu.max_smem_per_sm or 228 * 1024
+    by_smem = max(smem_sm // (smem + 1024), 1)
+    by_threads = max(2048 // threads, 1)
+    return int(min(by_smem, by_threads, 32))
+
+
+class _Ctx:
+    def __init__(self, layout, gpu, version, planners, caller):
+        self.l, self.gpu, self.v, self.p, self.caller = layout, gpu, version, planners, caller
+
+    def fa2(self, groups, total_rows, graph, uniform=0, fixed=False):
+        l = self.l
+        return fm.prefill_plan(
+            self.v, groups, total_num_rows=total_rows, num_qo_heads=l.num_qo_heads,
+            num_kv_heads=l.num_kv_heads, head_dim_qk=l.head_dim_qk, head_dim_vo=l.head_dim_vo,
+            page_size=l.page_size, enable_cuda_graph=graph, num_sms=self.gpu.num_sms,
+            window_left=l.window_left, uniform_q_len=uniform, fixed_uniform_q_len=fixed,
+            kv_dtype_bytes=l.kv_dtype_bytes, cc_major=self.gpu.cc[0],
+            max_smem_per_block_optin=_optin_smem(self.gpu))
+
+    def cuda_decode(self, kv_pages, graph):
+        l = self.l
+        bps = self.p.decode_blocks_per_sm or decode_blocks_per_sm_bound(l, self.gpu)
+        return fm.decode_plan(
+            self.v, kv_pages, num_qo_heads=l.num_qo_heads, num_kv_heads=l.num_kv_heads,
+            head_dim=l.head_dim_vo, page_size=l.page_size, enable_cuda_graph=graph,
+            num_sms=self.gpu.num_sms, blocks_per_sm=bps)
+
+    def fa3(self, qo_groups, total_rows, graph):
+        l = self.l
+        return fm.sm90_plan(
+            self.v, qo_groups, total_num_rows=total_rows, num_qo_heads=l.num_qo_heads,
+            num_kv_heads=l.num_kv_heads, head_dim_vo=l.head_dim_vo, enable_cuda_graph=graph,
+            num_sms=self.gpu.num_sms)
+
+
+def _optin_smem(gpu: Gpu) -> int:
+    """Opt-in shared memory per block, the limit FA2DetermineCtaTileQ reads."""
+    if gpu.cc[0] >= 9 and gpu.cc[0] != 12:
+        return 232448  # Hopper / datacenter Blackwell: 227 KiB
+    if gpu.cc == (8, 0):
+        return 166912  # A100: 163 KiB
+    return 101376  # SM86/89/120/121: 99 KiB
+
+
+def _long_kv_batch(chunks: int, max_requests: int, min_chunk_pages: int, max_pages: int | None):
+    """KV lengths (pages, count) that split into exactly ``chunks`` minimum-size chunks.
+
+    The planner's binary search then lands on the minimum chunk, so the split
+    batch is ``chunks`` (times the query tiles per request), the largest the
+    planner allows when ``chunks`` is its cap. At least one request spans two
+    chunks, so the planner does split. None when no such batch exists within
+    the limits (a request holds at most ``max_pages``).
+    """
+    per_req = chunks if max_pages is None else min(chunks, max_pages // min_chunk_pages)
+    if per_req < 2 or chunks < 2 or max_requests < 1:
+        return None
+    n = -(-chunks // per_req)
+    if n > max_requests:
+        n, chunks = max_requests, max_requests * per_req
+    groups: dict[int, int] = {}
+    left = chunks
+    for _ in range(n):
+        share = min(per_req, left)
+        left -= share
+        groups[share * min_chunk_pages] = groups.get(share * min_chunk_pages, 0) + 1
+    return list(groups.items())
+
+
+def compute_requirement(
+    layout: AttentionLayout,
+    limits: ServingLimits,
+    gpu: Gpu,
+    flashinfer_version: str,
+    planners: Planners = Planners(),
+    caller: str = "vllm",
+) -> Requirement:
+    ctx = _Ctx(layout, gpu, flashinfer_version, planners, caller)
+    scenarios: list[Scenario] = []
+    notes: list[str] = []
+    g = layout.gqa_group
+    uniform = _uniform_for(caller, flashinfer_version, planners)
+    min_chunk_pages = max(128 // layout.page_size, 1)
+    max_pages = None
+    if limits.max_model_len:
+        max_pages = max(1, -(-int(limits.max_model_len) // layout.page_size))
+
+    # CUDA-graph decode and verify
+    if planners.decode in ("fa2", "decode"):
+        for b in limits.capture_sizes:
+            if planners.decode == "fa2":
+                plan = ctx.fa2([(1, 1, b)], b, True, 1 if uniform else 0, uniform)
+            else:
+                plan = ctx.cuda_decode([(1, b)], True)
+            scenarios.append(Scenario("cuda_graph_decode", b, 1, plan, planners.decode))
+    if limits.draft_tokens and limits.verify_in_graph and planners.decode in ("fa2", "decode"):
+        q = 1 + limits.draft_tokens
+        for b in limits.capture_sizes:
+            plan = ctx.fa2([(q, 1, b)], b * q, True)
+            scenarios.append(Scenario("cuda_graph_verify", b, q, plan, "fa2"))
+
+    if limits.eager:
+        fa2_max_bs = max(0, 2 * gpu.num_sms) // layout.num_kv_heads
+        # eager decode: one query token per request, split up to the planner's cap
+        if planners.decode == "fa2":
+            kv = _long_kv_batch(fa2_max_bs, limits.max_num_seqs, min_chunk_pages, max_pages)
+            if kv:
+                groups = [(1, p, c) for p, c in kv]
+                n = sum(c for _, c in kv)
+                scenarios.append(Scenario("eager_decode", n, 1, ctx.fa2(groups, n, False), "fa2"))
+        elif planners.decode == "decode":
+            bps = planners.decode_blocks_per_sm or decode_blocks_per_sm_bound(layout, gpu)
+            cap = (bps * gpu.num_sms) // layout.num_kv_heads
+            kv = _long_kv_batch(cap, limits.max_num_seqs, min_chunk_pages, max_pages)
+            if kv:
+                n = sum(c for _, c in kv)
+                scenarios.append(Scenario("eager_decode", n, 1, ctx.cuda_decode(kv, False), "decode"))
+        # eager prefill
+        if planners.prefill == "fa2":
+            best = None
+            # query lengths at each tile threshold: the largest CTA tile with one tile per request
+            cands = {1}
+            for th in (16, 32, 64, 128):
+                q = -(-(th + 1) // g) if th < 128 else max(1, 128 // g)
+                cands.add(max(1, q))
+                cands.add(max(1, th // g))
+            for q in sorted(cands):
+                if q > limits.max_num_batched_tokens:
+                    continue
+                cta = fm.cta_tile_q(flashinfer_version, q * g, layout.head_dim_vo, layout.head_dim_qk,
+                                    layout.kv_dtype_bytes, gpu.cc[0], _optin_smem(gpu))
+                tiles = -(-(q * g) // cta)
+                chunks = fa2_max_bs // tiles if tiles else 0
+                max_req = max(1, min(limits.max_num_seqs, limits.max_num_batched_tokens // q))
+                kv = _long_kv_batch(chunks, max_req, min_chunk_pages, max_pages) if chunks else None
+                if not kv:
+                    continue
+                groups = [(q, p, c) for p, c in kv]
+                n = sum(c for _, c in kv)
+                plan = ctx.fa2(groups, n * q, False)
+                if best is None or plan.float_bytes > best[0].float_bytes:
+                    best = (plan, n, q)
+            # the int side: a full batch of short-KV prefills (no split, most tiles)
+            t = limits.max_num_batched_tokens
+            n = max(1, min(limits.max_num_seqs, t))
+            groups = [(1, 1, n - 1), (t - (n - 1), 1, 1)] if n > 1 else [(t, 1, 1)]
+            int_plan = ctx.fa2(groups, t, False)
+            if best is not None:
+                plan, n_best, q_best = best
+                if int_plan.int_bytes > plan.int_bytes:
+                    plan = replace(plan, int_bytes=int_plan.int_bytes)
+                scenarios.append(Scenario("eager_prefill", n_best, q_best, plan, "fa2"))
+            else:
+                scenarios.append(Scenario("eager_prefill", n, t // n, int_plan, "fa2"))
+        elif planners.prefill == "fa3":
+            t = limits.max_num_batched_tokens
+            n = max(1, min(limits.max_num_seqs, t))
+            groups = [(1, n - 1), (t - (n - 1), 1)] if n > 1 else [(t, 1)]
+            scenarios.append(Scenario("eager_prefill", n, t // n, ctx.fa3(groups, t, False), "fa3"))
+
+    if planners.decode in ("trtllm", "none"):
+        notes.append(f"decode plans nothing in this buffer ({planners.decode})")
+    if planners.prefill in ("trtllm", "none"):
+        notes.append(f"prefill plans nothing in this buffer ({planners.prefill})")
+
+    dominant = max(scenarios, key=lambda s: s.float_bytes, default=None)
+    return Requirement(
+        float_bytes=max((s.float_bytes for s in scenarios), default=0),
+        int_bytes=max((s.int_bytes for s in scenarios), default=0),
+        scenarios=tuple(scenarios), dominant=dominant, flashinfer_version=flashinfer_version,
+        layout=layout, gpu=gpu, planners=planners, notes=tuple(notes))
+
+
+def largest_fitting_capture(layout, limits, gpu, version, planners, caller, budget_bytes) -> int:
+    """Largest CUDA-graph batch whose decode/verify plans fit ``budget_bytes``."""
+    lo, hi = 0, max(limits.capture_sizes, default=0)
+    probe = lambda b: compute_requirement(  # noqa: E731
+        layout, replace(limits, capture_sizes=(b,), eager=False), gpu, version, planners, caller).float_bytes
+    if hi and probe(hi) <= budget_bytes:
+        return hi
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if probe(mid) <= budget_bytes:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def round_up_mib(n: int) -> int:
+    return -(-n // MIB) * MIB
