@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 from .versions import parse_version
 
@@ -86,8 +86,7 @@ class PlannerError(ValueError):
     """FlashInfer itself would raise for this call."""
 
 
-@dataclass(frozen=True)
-class Allocation:
+class Allocation(NamedTuple):
     name: str
     buffer: str  # "float" | "int"
     bytes: int
