@@ -14,10 +14,9 @@
 from __future__ import annotations
 
 import functools
-import importlib.abc
 import sys
 import threading
-from typing import Any, Callable
+
 
 MARK = "__flashinfer_guard__"
 
@@ -52,8 +51,10 @@ class _LoaderProxy:
         _run_hooks(self._fg_name, module)
 
 
-class _PostImportFinder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname, path=None, target=None):
+class _PostImportFinder:
+    """A meta-path finder (duck-typed: importlib.abc costs milliseconds to import)."""
+
+    def find_spec(self, fullname, path=None, target=None):  # noqa: D102
         if fullname not in _hooks:
             return None
         busy = getattr(_searching, "names", None)

@@ -9,11 +9,7 @@ the accepted values, and the default applies.
 from __future__ import annotations
 
 import os
-import re
-from dataclasses import dataclass, field
-from typing import Mapping
 
-from .versions import is_version
 
 MASTER = "FLASHINFER_GUARD"
 MOE = "FLASHINFER_GUARD_MOE"
@@ -30,20 +26,37 @@ _UNITS = {
     "m": 1000**2, "mb": 1000**2, "mib": 1 << 20,
     "g": 1000**3, "gb": 1000**3, "gib": 1 << 30,
 }
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
 
-@dataclass(frozen=True)
 class Settings:
-    enabled: bool = True
-    moe: str = "auto"  # auto | on | off
-    moe_fixed_in: str = DEFAULT_MOE_FIXED_IN
-    workspace: str = "auto"  # auto | off | size
-    workspace_bytes: int | None = None
-    log_level: str = "info"  # info | debug | warning
-    warnings: tuple[str, ...] = field(default=(), compare=False)
+    """The parsed switches. A plain class: this module is on every server's start-up path."""
+
+    __slots__ = ("enabled", "moe", "moe_fixed_in", "workspace", "workspace_bytes", "log_level", "warnings")
+    _KEY = ("enabled", "moe", "moe_fixed_in", "workspace", "workspace_bytes", "log_level")
+
+    def __init__(self, enabled=True, moe="auto", moe_fixed_in=DEFAULT_MOE_FIXED_IN, workspace="auto",
+                 workspace_bytes=None, log_level="info", warnings=()):
+        self.enabled = enabled  # master switch
+        self.moe = moe  # auto | on | off
+        self.moe_fixed_in = moe_fixed_in
+        self.workspace = workspace  # auto | off | size
+        self.workspace_bytes = workspace_bytes
+        self.log_level = log_level  # info | debug | warning
+        self.warnings = tuple(warnings)  # one line per bad value
+
+    def _key(self):
+        return tuple(getattr(self, k) for k in self._KEY)
+
+    def __eq__(self, other):  # warnings are not part of the value
+        return isinstance(other, Settings) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __repr__(self):
+        return "Settings(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self._KEY) + ")"
 
     def describe(self) -> dict:
         return {
@@ -57,14 +70,15 @@ class Settings:
 
 def parse_size(text: str) -> int | None:
     """'768MiB', '1GiB', '1073741824' -> bytes; None if not a size."""
-    m = _SIZE_RE.match(text or "")
-    if not m:
+    t = (text or "").strip()
+    i = 0
+    while i < len(t) and (t[i].isdigit() or t[i] == "."):
+        i += 1
+    number, unit = t[:i], t[i:].strip().lower()
+    if not number or number.count(".") > 1 or not number.replace(".", "").isdigit() or unit not in _UNITS:
         return None
-    unit = m.group(2).lower()
-    if unit not in _UNITS:
-        return None
-    value = float(m.group(1)) * _UNITS[unit]
-    if value <= 0 or value != value:
+    value = float(number) * _UNITS[unit]
+    if value <= 0:
         return None
     return int(value)
 
@@ -107,6 +121,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     fixed_in = DEFAULT_MOE_FIXED_IN
     raw = env.get(MOE_FIXED_IN)
     if raw is not None and raw.strip() != "":
+        from .versions import is_version
+
         if is_version(raw.strip()):
             fixed_in = raw.strip()
         else:

@@ -1,0 +1,123 @@
+"""Core benchmark: import cost, envelope time, and sizing ratios on the conformance grid.
+
+Prints figures; asserts nothing about time. Run from the repository root:
+
+    python benchmarks/bench_core.py            # all three parts
+    python benchmarks/bench_core.py --no-grid  # skip the FlashInfer-oracle part
+
+1. Import time of guard_core and of the entry-point modules in a fresh
+   interpreter (target: < 10 ms, and no torch import), median of N runs,
+   beside a bare ``python -c pass``.
+2. Time to compute one serving envelope (target: < 1 ms).
+3. On the conformance grid, for every plan that uses the float workspace:
+   our chosen size (the model's need rounded up to 1 MiB) divided by
+   FlashInfer's real need from its own compiled planner (target: 1.00 up to
+   the rounding, never below 1), beside the same ratio for the fixed anchors:
+   vLLM's 394 MiB default, the blanket 1 GiB workaround, SGLang's 384 and
+   512 MiB. A ratio below 1 is a start-up crash.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+import timeit
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+MIB = 1 << 20
+
+
+def _fresh(code: str, n: int) -> list[float]:
+    out = []
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="0")
+    for _ in range(n):
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+        out.append(float(r.stdout.strip().splitlines()[-1]))
+    return out
+
+
+def bench_imports(n: int) -> None:
+    print("== import cost in a fresh interpreter (median of %d)" % n)
+    timer = ("import time,sys;t=time.perf_counter();{imp};d=time.perf_counter()-t;"
+             "assert not [m for m in ('torch','flashinfer','vllm','sglang') if m in sys.modules], sys.modules.keys();"
+             "print(d*1e3)")
+    base = statistics.median(_fresh(timer.format(imp="pass"), n))
+    mods = ["guard_core", "guard_core.sizing, guard_core.decisions, guard_core.patching, guard_core.settings"]
+    for ep in ("vllm_guard.plugin", "sglang_guard.plugin"):
+        if (ROOT / ep.replace(".", "/")).with_suffix(".py").exists():
+            mods.append(ep)
+    for m in mods:
+        ms = statistics.median(_fresh(timer.format(imp=f"import {m}"), n)) - base
+        print(f"  import {m:<75} {ms:6.2f} ms  (target < 10 ms; torch/flashinfer/frameworks not imported)")
+
+
+def bench_envelope() -> None:
+    from guard_core.frameworks import default_capture_sizes
+    from guard_core.gpus import lookup_gpu
+    from guard_core.sizing import AttentionLayout, ServingLimits, compute_requirement
+
+    print("== one serving envelope (vLLM default capture list up to 512, eager decode and prefill)")
+    layout = AttentionLayout(32, 2, 256, page_size=16)
+    limits = ServingLimits(capture_sizes=default_capture_sizes("vllm", 512), max_num_seqs=512,
+                           max_num_batched_tokens=8192)
+    gpu = lookup_gpu("b300")
+    for v in ("0.6.12", "0.7.0.post1", "0.7.2.post1"):
+        compute_requirement(layout, limits, gpu, v)
+        n = 300
+        t = timeit.timeit(lambda: compute_requirement(layout, limits, gpu, v), number=n) / n
+        print(f"  FlashInfer {v:<12} {len(limits.capture_sizes)} capture sizes: {t * 1e3:.3f} ms per envelope (target < 1 ms)")
+
+
+def bench_grid(releases: list[str]) -> None:
+    from guard_core import flashinfer_model as fm
+    from guard_core.sizing import round_up_mib
+    from tests.conformance import grid as G
+    from tests.conformance import oracle as O
+
+    print("== sizing ratio on the conformance grid: allocated / FlashInfer's real float need")
+    anchors = {"ours": None, "vLLM 394 MiB": 394 * MIB, "1 GiB": 1024 * MIB, "SGLang 384 MiB": 384 * MIB,
+               "SGLang 512 MiB": 512 * MIB}
+    O.build_many(releases)
+    for v in releases:
+        reqs = G.make_grid(v)
+        real = O.run_oracle(v, reqs)
+        ratios = {k: [] for k in anchors}
+        for req, got in zip(reqs, real):
+            if not got.get("ok") or got["float_bytes"] == 0 or req["planner"] == "sm90":
+                continue
+            need = got["float_bytes"]
+            ours = fm.run_planner(v, req["planner"], req["params"])
+            ratios["ours"].append(round_up_mib(ours["float_bytes"]) / need)
+            for k, size in anchors.items():
+                if size:
+                    ratios[k].append(size / need)
+        n = len(ratios["ours"])
+        print(f"  FlashInfer {v}: {n} plans with float scratch")
+        for k, rs in ratios.items():
+            rs.sort()
+            below = sum(1 for r in rs if r < 1)
+            med = statistics.median(rs)
+            print(f"    {k:<15} min {rs[0]:9.3f}  median {med:9.3f}  max {rs[-1]:9.2f}   "
+                  f"below 1 (crash): {below:5d} ({100 * below / n:5.1f} %)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--no-grid", action="store_true")
+    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--releases", default="0.6.12,0.7.0.post1,0.7.2.post1")
+    a = ap.parse_args()
+    bench_imports(a.runs)
+    bench_envelope()
+    if not a.no_grid:
+        bench_grid(a.releases.split(","))
+
+
+if __name__ == "__main__":
+    main()
