@@ -1,0 +1,695 @@
+// flashinfer-guard conformance oracle: FlashInfer's REAL host planners, driven over JSON lines.
+//
+// This file contains no FlashInfer code. It #includes <flashinfer/attention/scheduler.cuh> (and,
+// for the CUDA-core decode planner, the decode params / variant headers) from a FlashInfer wheel
+// that tests/conformance/oracle.py downloads at test time, and calls FlashInfer's own
+//   PrefillPlan<int32_t>            (FA2 prefill planner; prefill wrappers, tensor-core decode)
+//   DecodePlan<...>                 (CUDA-core decode planner) with the real
+//     BatchDecodeWithPagedKVCacheWorkEstimationDispatched<GROUP_SIZE, HEAD_DIM, ...> as its
+//     work-estimation function, dispatched through FlashInfer's own DISPATCH_HEAD_DIM /
+//     DISPATCH_GQA_GROUP_SIZE macros exactly like csrc/batch_decode.cu does
+//   PrefillSM90Plan<int32_t>        (FA3 planner, int buffer only)
+//
+// How allocations are read: scheduler.cuh allocates through flashinfer::AlignedAllocator. Before
+// including scheduler.cuh we define a subclass FigTracingAllocator whose aligned_alloc_offset()
+// forwards to the real AlignedAllocator::aligned_alloc_offset (the real arithmetic, the real
+// overflow error) and records (name, size, alignment) as FlashInfer passed them together with the
+// offset FlashInfer's allocator returned; scheduler.cuh's uses of the name AlignedAllocator are
+// pointed at the subclass with a macro. The buffer ("float"/"int") is told by the allocator's
+// base pointer. Nothing is recomputed here. Cross-checks performed on every request:
+//   * the int total equals the byte count FlashInfer passes to cudaMemcpyAsync (its own
+//     int_allocator.num_allocated_bytes()) where the planner copies;
+//   * offsets stored in plan_info (v_offset, s_offset, request_indices_offset, ...) equal the
+//     traced offsets of the allocations with those names;
+//   * with "verify": true in the request, each allocation k is re-run with its buffer one byte
+//     short of offset_k + bytes_k; FlashInfer's own overflow message must then name allocation k
+//     with the same size and alignment (independent of the tracing subclass).
+//
+// Build modes (see oracle.py / ci/gpu_planner_check.sh):
+//   default          CUDA runtime stubbed here (no GPU, no libcudart): SM count, compute
+//                    capability, shared-memory limits and occupancy come from each request.
+//   -DFIG_REAL_CUDA  real CUDA runtime and the real decode kernel (decode.cuh) for occupancy;
+//                    request fields num_sms/cc/blocks_per_sm are ignored, the device decides.
+// Signature macros (set by the build from the release's scheduler.cuh):
+//   FIG_HAS_COLOCATED  PrefillPlan takes num_colocated_ctas        (0.6.x+)
+//   FIG_HAS_UNIFORM    PrefillPlan takes uniform_q_len             (0.6.16+)
+//   FIG_HAS_FIXED_UNIFORM PrefillPlan takes fixed_uniform_q_len    (0.7.4+)
+//   FIG_HAS_KV_DTYPE   PrefillPlan takes kv_dtype_bytes            (0.7.0+)
+//
+// Protocol: one JSON object per stdin line
+//   {"id": str, "planner": "prefill"|"decode"|"sm90", "params": {...}, "verify": bool?}
+// one JSON object per stdout line
+//   {"id", "ok": true, "float_bytes", "int_bytes", "padded_batch_size", "cta_tile_q", "split_kv",
+//    "allocations": [{"name","buffer","bytes","align","offset"}, ...]}
+//   or {"id", "ok": false, "error": msg}.
+// Params (snake_case C++ names; missing ones take the defaults below; ones a release lacks are
+// ignored): qo_indptr, kv_indptr (pages), kv_len_arr (sm90), indptr (decode), total_num_rows
+// (default qo_indptr[-1]), batch_size (default len(indptr)-1), num_qo_heads, num_kv_heads,
+// head_dim_qk, head_dim_vo, head_dim (decode; also the default for head_dim_qk/vo),
+// page_size (1), enable_cuda_graph (false), window_left (-1), fixed_split_size (-1),
+// disable_split_kv (false), num_colocated_ctas (0), uniform_q_len (0), fixed_uniform_q_len
+// (false), kv_dtype_bytes (2), causal (false), num_sms (132), cc_major (9), cc_minor (0),
+// blocks_per_sm (1), max_smem_per_sm / max_smem_per_block_optin (defaults from cc),
+// float_workspace_bytes / int_workspace_bytes (default: effectively unlimited).
+
+#include <sys/mman.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include <flashinfer/allocator.h>
+
+// ---------------------------------------------------------------------------------------------
+// Allocation tracing (a subclass; the arithmetic stays FlashInfer's).
+namespace fig {
+struct Alloc {
+  std::string name;
+  std::string buffer;
+  uint64_t bytes, align, offset;
+};
+static std::vector<Alloc> g_trace;
+static void* g_float_base = nullptr;
+static void* g_int_base = nullptr;
+static long long g_memcpy_bytes = -1;
+}  // namespace fig
+
+namespace flashinfer {
+struct FigTracingAllocator : public AlignedAllocator {
+  using AlignedAllocator::AlignedAllocator;
+  size_t aligned_alloc_offset(size_t size, size_t alignment, std::string name) {
+    size_t off = AlignedAllocator::aligned_alloc_offset(size, alignment, name);
+    const char* buf = base_ptr == fig::g_float_base ? "float"
+                      : base_ptr == fig::g_int_base ? "int"
+                                                    : "unknown";
+    fig::g_trace.push_back({name, buf, (uint64_t)size, (uint64_t)alignment, (uint64_t)off});
+    return off;
+  }
+};
+}  // namespace flashinfer
+
+#define AlignedAllocator FigTracingAllocator
+#include <flashinfer/attention/scheduler.cuh>
+#undef AlignedAllocator
+
+#include <flashinfer/attention/default_decode_params.cuh>
+#include <flashinfer/attention/variants.cuh>
+#ifdef FIG_REAL_CUDA
+#include <flashinfer/attention/decode.cuh>
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// CUDA runtime stubs (host-only build). Values come from the current request.
+namespace fig {
+struct Device {
+  int num_sms = 132, cc_major = 9, cc_minor = 0, blocks_per_sm = 1;
+  int smem_per_sm = 233472, smem_optin = 232448, smem_per_block = 49152;
+};
+static Device g_dev;
+}  // namespace fig
+
+#ifndef FIG_REAL_CUDA
+// Kernel symbols the planners take the address of (only to ask for occupancy, which is stubbed).
+namespace flashinfer {
+template <PosEncodingMode POS_ENCODING_MODE, uint32_t num_stages_smem, uint32_t tile_size_per_bdx,
+          uint32_t vec_size, uint32_t bdx, uint32_t bdy, uint32_t bdz, typename AttentionVariant,
+          typename Params>
+__global__ void BatchDecodeWithPagedKVCacheKernel(const __grid_constant__ Params params) {}
+}  // namespace flashinfer
+
+#if !defined(__CUDA_ARCH__)  // host pass only: the device pass has its own declarations
+extern "C" {
+cudaError_t CUDARTAPI cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaSetDevice(int) { return cudaSuccess; }
+cudaError_t CUDARTAPI cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int) {
+  switch (attr) {
+    case cudaDevAttrMultiProcessorCount: *value = fig::g_dev.num_sms; break;
+    case cudaDevAttrComputeCapabilityMajor: *value = fig::g_dev.cc_major; break;
+    case cudaDevAttrComputeCapabilityMinor: *value = fig::g_dev.cc_minor; break;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *value = fig::g_dev.smem_per_sm; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = fig::g_dev.smem_optin; break;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *value = fig::g_dev.smem_per_block; break;
+    default:
+      fprintf(stderr, "harness: unstubbed cudaDeviceGetAttribute(%d)\n", (int)attr);
+      return cudaErrorInvalidValue;
+  }
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* numBlocks, const void*,
+                                                                    int, size_t) {
+  *numBlocks = fig::g_dev.blocks_per_sm;
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* numBlocks,
+                                                                             const void*, int,
+                                                                             size_t, unsigned int) {
+  *numBlocks = fig::g_dev.blocks_per_sm;
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaFuncSetAttribute(const void*, enum cudaFuncAttribute, int) {
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaMemcpyAsync(void* dst, const void* src, size_t count,
+                                      enum cudaMemcpyKind, cudaStream_t) {
+  fig::g_memcpy_bytes = (long long)count;
+  if (count) memcpy(dst, src, count);
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpyKind) {
+  if (count) memcpy(dst, src, count);
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaGetLastError(void) { return cudaSuccess; }
+const char* CUDARTAPI cudaGetErrorString(cudaError_t e) {
+  static thread_local char buf[64];
+  snprintf(buf, sizeof(buf), "cudaError %d", (int)e);
+  return buf;
+}
+// Fat-binary registration that nvcc emits for the kernel stub above.
+void** CUDARTAPI __cudaRegisterFatBinary(void*) {
+  static void* handle = nullptr;
+  return &handle;
+}
+void CUDARTAPI __cudaRegisterFatBinaryEnd(void**) {}
+void CUDARTAPI __cudaUnregisterFatBinary(void**) {}
+void CUDARTAPI __cudaRegisterFunction(void**, const char*, char*, const char*, int, uint3*, uint3*,
+                                      dim3*, dim3*, int*) {}
+void CUDARTAPI __cudaRegisterVar(void**, char*, char*, const char*, int, size_t, int, int) {}
+cudaError_t CUDARTAPI __cudaPopCallConfiguration(dim3*, dim3*, size_t*, void*) {
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaLaunchKernel(const void*, dim3, dim3, void**, size_t, cudaStream_t) {
+  return cudaSuccess;
+}
+}
+#endif  // !__CUDA_ARCH__
+#endif  // FIG_REAL_CUDA
+
+// ---------------------------------------------------------------------------------------------
+// Tiny JSON (objects, arrays, numbers, strings, bools, null).
+namespace fig {
+struct JVal {
+  enum T { NUL, BOOL, NUM, STR, ARR, OBJ } t = NUL;
+  bool b = false;
+  long long i = 0;
+  double d = 0;
+  bool is_int = true;
+  std::string s;
+  std::vector<JVal> a;
+  std::vector<std::pair<std::string, JVal>> o;
+  const JVal* get(const std::string& k) const {
+    for (auto& kv : o)
+      if (kv.first == k) return &kv.second;
+    return nullptr;
+  }
+};
+struct JParser {
+  const char* p;
+  const char* e;
+  void ws() {
+    while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) ++p;
+  }
+  [[noreturn]] void fail(const char* m) { throw std::runtime_error(std::string("bad JSON: ") + m); }
+  std::string str() {
+    if (*p != '"') fail("expected string");
+    ++p;
+    std::string r;
+    while (p < e && *p != '"') {
+      if (*p == '\\') {
+        ++p;
+        if (p >= e) fail("escape");
+        char c = *p++;
+        switch (c) {
+          case 'n': r += '\n'; break;
+          case 't': r += '\t'; break;
+          case 'r': r += '\r'; break;
+          case 'b': r += '\b'; break;
+          case 'f': r += '\f'; break;
+          case 'u': {
+            if (e - p < 4) fail("\\u");
+            unsigned cp = std::stoul(std::string(p, 4), nullptr, 16);
+            p += 4;
+            if (cp < 0x80) r += (char)cp;
+            else if (cp < 0x800) { r += (char)(0xC0 | (cp >> 6)); r += (char)(0x80 | (cp & 63)); }
+            else { r += (char)(0xE0 | (cp >> 12)); r += (char)(0x80 | ((cp >> 6) & 63)); r += (char)(0x80 | (cp & 63)); }
+            break;
+          }
+          default: r += c;
+        }
+      } else {
+        r += *p++;
+      }
+    }
+    if (p >= e) fail("unterminated string");
+    ++p;
+    return r;
+  }
+  JVal val() {
+    ws();
+    if (p >= e) fail("unexpected end");
+    JVal v;
+    if (*p == '{') {
+      v.t = JVal::OBJ;
+      ++p;
+      ws();
+      if (*p == '}') { ++p; return v; }
+      while (true) {
+        ws();
+        std::string k = str();
+        ws();
+        if (*p != ':') fail("expected :");
+        ++p;
+        v.o.emplace_back(k, val());
+        ws();
+        if (*p == ',') { ++p; continue; }
+        if (*p == '}') { ++p; break; }
+        fail("expected , or }");
+      }
+    } else if (*p == '[') {
+      v.t = JVal::ARR;
+      ++p;
+      ws();
+      if (*p == ']') { ++p; return v; }
+      while (true) {
+        v.a.push_back(val());
+        ws();
+        if (*p == ',') { ++p; continue; }
+        if (*p == ']') { ++p; break; }
+        fail("expected , or ]");
+      }
+    } else if (*p == '"') {
+      v.t = JVal::STR;
+      v.s = str();
+    } else if (!strncmp(p, "true", 4)) { v.t = JVal::BOOL; v.b = true; p += 4; }
+    else if (!strncmp(p, "false", 5)) { v.t = JVal::BOOL; v.b = false; p += 5; }
+    else if (!strncmp(p, "null", 4)) { v.t = JVal::NUL; p += 4; }
+    else {
+      const char* s = p;
+      if (*p == '-') ++p;
+      while (p < e && ((*p >= '0' && *p <= '9') || *p == '.' || *p == 'e' || *p == 'E' ||
+                       *p == '+' || *p == '-')) {
+        if (*p == '.' || *p == 'e' || *p == 'E') v.is_int = false;
+        ++p;
+      }
+      if (s == p) fail("unexpected character");
+      v.t = JVal::NUM;
+      std::string tok(s, p);
+      if (v.is_int) { v.i = std::stoll(tok); v.d = (double)v.i; }
+      else { v.d = std::stod(tok); v.i = (long long)v.d; }
+    }
+    return v;
+  }
+};
+
+static std::string jstr(const std::string& s) {
+  std::string r = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': r += "\\\""; break;
+      case '\\': r += "\\\\"; break;
+      case '\n': r += "\\n"; break;
+      case '\t': r += "\\t"; break;
+      case '\r': r += "\\r"; break;
+      default:
+        if ((unsigned char)c < 0x20) { char b[8]; snprintf(b, 8, "\\u%04x", c); r += b; }
+        else r += c;
+    }
+  }
+  return r + "\"";
+}
+
+struct Params {
+  const JVal* o;
+  bool has(const char* k) const { return o && o->get(k) && o->get(k)->t != JVal::NUL; }
+  long long i(const char* k, long long dflt) const {
+    if (!has(k)) return dflt;
+    const JVal* v = o->get(k);
+    if (v->t == JVal::BOOL) return v->b;
+    if (v->t != JVal::NUM) throw std::runtime_error(std::string("param ") + k + " must be a number");
+    return v->i;
+  }
+  bool b(const char* k, bool dflt) const { return i(k, dflt) != 0; }
+  std::vector<int32_t> arr(const char* k) const {
+    std::vector<int32_t> r;
+    if (!has(k)) return r;
+    const JVal* v = o->get(k);
+    if (v->t != JVal::ARR) throw std::runtime_error(std::string("param ") + k + " must be an array");
+    for (auto& x : v->a) r.push_back((int32_t)x.i);
+    return r;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Buffers: device buffers are address ranges (the float one is never touched by the planners;
+// the int one only receives the cudaMemcpyAsync), the page-locked int buffer is real memory.
+static const uint64_t kFloatBase = 1ull << 44;              // fake, 4096-aligned
+static const uint64_t kUnlimitedFloat = 1ull << 46;
+static const uint64_t kIntMapBytes = 8ull << 30;            // reserved, touched lazily
+static char* g_int_dev = nullptr;
+static char* g_int_host = nullptr;
+
+static void init_buffers() {
+  g_float_base = (void*)(uintptr_t)kFloatBase;
+#ifdef FIG_REAL_CUDA
+  // A real device int buffer (so the memcpy is real) and a host staging buffer.
+  if (cudaMalloc((void**)&g_int_dev, 256ull << 20) != cudaSuccess) { fprintf(stderr, "cudaMalloc failed\n"); exit(3); }
+  g_int_host = (char*)mmap(nullptr, kIntMapBytes, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+#else
+  g_int_dev = (char*)mmap(nullptr, kIntMapBytes, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  g_int_host = (char*)mmap(nullptr, kIntMapBytes, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+#endif
+  if (g_int_dev == MAP_FAILED || g_int_host == MAP_FAILED) { perror("mmap"); exit(3); }
+  g_int_base = g_int_dev;
+}
+
+struct Result {
+  bool ok = true;
+  std::string error;
+  long long padded_batch_size = -1, cta_tile_q = -1;
+  int split_kv = -1;
+  std::vector<std::pair<std::string, long long>> plan_offsets;  // name -> plan_info offset
+  std::vector<Alloc> allocs;
+};
+
+static void set_device(const Params& P) {
+  Device d;
+  d.num_sms = (int)P.i("num_sms", 132);
+  d.cc_major = (int)P.i("cc_major", 9);
+  d.cc_minor = (int)P.i("cc_minor", 0);
+  d.blocks_per_sm = (int)P.i("blocks_per_sm", 1);
+  int cc = d.cc_major * 10 + d.cc_minor;
+  // CUDA programming guide, "Technical Specifications per Compute Capability".
+  int sm_kb = 100, optin_kb = 99;
+  if (cc == 80 || cc == 87) { sm_kb = 164; optin_kb = 163; }
+  else if (cc == 90 || cc == 100 || cc == 103 || cc == 110) { sm_kb = 228; optin_kb = 227; }
+  else if (cc == 70 || cc == 72) { sm_kb = 96; optin_kb = 96; }
+  else if (cc == 75) { sm_kb = 64; optin_kb = 64; }
+  d.smem_per_sm = (int)P.i("max_smem_per_sm", sm_kb * 1024);
+  d.smem_optin = (int)P.i("max_smem_per_block_optin", optin_kb * 1024);
+  g_dev = d;
+}
+
+// Sizes of the two buffers for this run: {float, int}; overridable for overflow probing.
+struct Sizes {
+  uint64_t float_bytes, int_bytes;
+};
+
+static std::string run_prefill(const Params& P, Sizes sz, Result& R) {
+  auto qo = P.arr("qo_indptr");
+  auto kv = P.arr("kv_indptr");
+  uint32_t batch_size = (uint32_t)P.i("batch_size", qo.empty() ? 0 : (long long)qo.size() - 1);
+  if (qo.size() < batch_size + 1 || kv.size() < batch_size + 1)
+    throw std::runtime_error("harness: qo_indptr/kv_indptr shorter than batch_size + 1");
+  uint32_t total_num_rows = (uint32_t)P.i("total_num_rows", qo.empty() ? 0 : qo[batch_size]);
+  long long hd = P.i("head_dim", 128);
+  uint32_t num_qo_heads = (uint32_t)P.i("num_qo_heads", 32);
+  uint32_t num_kv_heads = (uint32_t)P.i("num_kv_heads", num_qo_heads);
+  uint32_t head_dim_qk = (uint32_t)P.i("head_dim_qk", hd);
+  uint32_t head_dim_vo = (uint32_t)P.i("head_dim_vo", hd);
+  uint32_t page_size = (uint32_t)P.i("page_size", 1);
+  bool enable_cuda_graph = P.b("enable_cuda_graph", false);
+  int32_t window_left = (int32_t)P.i("window_left", -1);
+  int32_t fixed_split_size = (int32_t)P.i("fixed_split_size", -1);
+  bool disable_split_kv = P.b("disable_split_kv", false);
+  int64_t num_colocated_ctas = P.i("num_colocated_ctas", 0);
+  int64_t uniform_q_len = P.i("uniform_q_len", 0);
+  bool fixed_uniform_q_len = P.b("fixed_uniform_q_len", false);
+  uint32_t kv_dtype_bytes = (uint32_t)P.i("kv_dtype_bytes", 2);
+  (void)num_colocated_ctas; (void)uniform_q_len; (void)fixed_uniform_q_len; (void)kv_dtype_bytes;
+
+  flashinfer::PrefillPlanInfo info;
+  cudaError_t st = flashinfer::PrefillPlan<int32_t>(
+      g_float_base, sz.float_bytes, g_int_dev, g_int_host, sz.int_bytes, info, qo.data(),
+      kv.data(), total_num_rows, batch_size, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo,
+      page_size, enable_cuda_graph, /*sizeof_dtype_o=*/2, window_left, fixed_split_size,
+      disable_split_kv,
+#ifdef FIG_HAS_COLOCATED
+      num_colocated_ctas,
+#endif
+#ifdef FIG_HAS_UNIFORM
+      uniform_q_len,
+#endif
+#ifdef FIG_HAS_FIXED_UNIFORM
+      fixed_uniform_q_len,
+#endif
+      /*stream=*/nullptr
+#ifdef FIG_HAS_KV_DTYPE
+      , kv_dtype_bytes
+#endif
+  );
+  if (st != cudaSuccess) return std::string("PrefillPlan returned ") + cudaGetErrorString(st);
+  R.padded_batch_size = info.padded_batch_size;
+  R.cta_tile_q = info.cta_tile_q;
+  R.split_kv = info.split_kv;
+  R.plan_offsets = {{"batch_prefill_request_indices", info.request_indices_offset},
+                    {"batch_prefill_qo_tile_indices", info.qo_tile_indices_offset},
+                    {"batch_prefill_kv_tile_indices", info.kv_tile_indices_offset},
+                    {"batch_prefill_o_indptr", info.o_indptr_offset},
+                    {"batch_prefill_kv_chunk_size_ptr", info.kv_chunk_size_ptr_offset},
+                    {"batch_prefill_total_num_rows", info.total_num_rows_offset},
+                    {"batch_prefill_merge_indptr", info.merge_indptr_offset},
+                    {"batch_prefill_block_valid_mask", info.block_valid_mask_offset},
+                    {"batch_prefill_tmp_v", info.v_offset},
+                    {"batch_prefill_tmp_s", info.s_offset}};
+  return "";
+}
+
+static std::string run_decode(const Params& P, Sizes sz, Result& R) {
+  auto indptr = P.arr("indptr");
+  if (indptr.empty()) indptr = P.arr("kv_indptr");
+  uint32_t batch_size = (uint32_t)P.i("batch_size", indptr.empty() ? 0 : (long long)indptr.size() - 1);
+  if (indptr.size() < batch_size + 1)
+    throw std::runtime_error("harness: indptr shorter than batch_size + 1");
+  uint32_t num_qo_heads = (uint32_t)P.i("num_qo_heads", 32);
+  uint32_t num_kv_heads = (uint32_t)P.i("num_kv_heads", num_qo_heads);
+  long long hd = P.i("head_dim", P.i("head_dim_qk", 128));
+  uint32_t page_size = (uint32_t)P.i("page_size", 1);
+  bool enable_cuda_graph = P.b("enable_cuda_graph", false);
+  if (num_kv_heads == 0 || num_qo_heads % num_kv_heads != 0) {
+    // FlashInfer's Python wrapper rejects this before planning (the C++ would truncate).
+    throw std::runtime_error("harness: num_qo_heads must be divisible by num_kv_heads");
+  }
+  uint32_t head_dim = (uint32_t)hd;
+  flashinfer::DecodePlanInfo info;
+  cudaError_t st = cudaSuccess;
+  using namespace flashinfer;
+  using Params_ = BatchDecodeParams<half, half, half, int32_t>;
+  using Variant = DefaultAttention</*use_custom_mask=*/false, /*use_sliding_window=*/false,
+                                   /*use_logits_soft_cap=*/false, /*use_alibi=*/false>;
+  // Same dispatch as csrc/batch_decode.cu (HEAD_DIM is a JIT constant there; the JIT module
+  // exists for the head dims FlashInfer's DISPATCH_HEAD_DIM lists).
+  DISPATCH_HEAD_DIM(head_dim, HEAD_DIM, {
+    DISPATCH_GQA_GROUP_SIZE(num_qo_heads / num_kv_heads, GROUP_SIZE, {
+      auto work_estimation_func =
+          BatchDecodeWithPagedKVCacheWorkEstimationDispatched<GROUP_SIZE, HEAD_DIM,
+                                                              PosEncodingMode::kNone, Variant,
+                                                              Params_>;
+      st = DecodePlan<HEAD_DIM, PosEncodingMode::kNone, Variant, Params_>(
+          g_float_base, sz.float_bytes, g_int_dev, g_int_host, sz.int_bytes, info,
+          indptr.data(), batch_size, num_qo_heads, page_size, enable_cuda_graph,
+          /*stream=*/nullptr, work_estimation_func);
+    });
+  });
+  if (st != cudaSuccess) return std::string("DecodePlan returned ") + cudaGetErrorString(st);
+  R.padded_batch_size = info.padded_batch_size;
+  R.split_kv = info.split_kv;
+  R.plan_offsets = {{"batch_decode_request_indices", info.request_indices_offset},
+                    {"batch_decode_kv_tile_indices", info.kv_tile_indices_offset},
+                    {"batch_decode_o_indptr", info.o_indptr_offset},
+                    {"batch_decode_kv_chunk_size_ptr", info.kv_chunk_size_ptr_offset},
+                    {"batch_decode_block_valid_mask", info.block_valid_mask_offset},
+                    {"batch_decode_tmp_v", info.v_offset},
+                    {"batch_decode_tmp_s", info.s_offset}};
+  return "";
+}
+
+static std::string run_sm90(const Params& P, Sizes sz, Result& R) {
+  auto qo = P.arr("qo_indptr");
+  auto kv = P.arr("kv_indptr");
+  auto kvlen = P.arr("kv_len_arr");
+  uint32_t batch_size = (uint32_t)P.i("batch_size", qo.empty() ? 0 : (long long)qo.size() - 1);
+  if (kv.empty()) kv.assign(batch_size + 1, 0);
+  if (qo.size() < batch_size + 1 || kv.size() < batch_size + 1 || kvlen.size() < batch_size)
+    throw std::runtime_error("harness: qo_indptr/kv_indptr/kv_len_arr shorter than batch_size");
+  uint32_t total_num_rows = (uint32_t)P.i("total_num_rows", qo[batch_size]);
+  long long hd = P.i("head_dim", 128);
+  uint32_t num_qo_heads = (uint32_t)P.i("num_qo_heads", 32);
+  uint32_t num_kv_heads = (uint32_t)P.i("num_kv_heads", num_qo_heads);
+  uint32_t head_dim_qk = (uint32_t)P.i("head_dim_qk", hd);
+  uint32_t head_dim_vo = (uint32_t)P.i("head_dim_vo", hd);
+  uint32_t page_size = (uint32_t)P.i("page_size", 1);
+  bool causal = P.b("causal", false);
+  bool enable_cuda_graph = P.b("enable_cuda_graph", false);
+  flashinfer::PrefillPlanSM90Info info;
+  cudaError_t st = flashinfer::PrefillSM90Plan<int32_t>(
+      g_float_base, sz.float_bytes, g_int_dev, g_int_host, sz.int_bytes, info,
+      qo.data(), kv.data(), kvlen.data(), total_num_rows, batch_size, num_qo_heads, num_kv_heads,
+      head_dim_qk, head_dim_vo, page_size, causal, enable_cuda_graph, /*sizeof_dtype_o=*/2,
+      /*stream=*/nullptr);
+  if (st != cudaSuccess) return std::string("PrefillSM90Plan returned ") + cudaGetErrorString(st);
+  R.plan_offsets = {{"batch_prefill_sm90_qo_tile_indices", info.qo_tile_indices_offset},
+                    {"batch_prefill_sm90_qo_offset", info.qo_indptr_offset},
+                    {"batch_prefill_sm90_kv_offset", info.kv_indptr_offset},
+                    {"batch_prefill_sm90_qo_len", info.qo_len_offset},
+                    {"batch_prefill_sm90_kv_len", info.kv_len_offset},
+                    {"batch_prefill_sm90_head_indices", info.head_indices_offset},
+                    {"batch_prefill_sm90_work_indptr", info.work_indptr_offset},
+                    {"batch_prefill_sm90_batch_indices", info.batch_indices_offset}};
+  return "";
+}
+
+static Result run_once(const std::string& planner, const Params& P, Sizes sz) {
+  Result R;
+  g_trace.clear();
+  g_memcpy_bytes = -1;
+  try {
+    std::string err;
+    if (planner == "prefill") err = run_prefill(P, sz, R);
+    else if (planner == "decode") err = run_decode(P, sz, R);
+    else if (planner == "sm90") err = run_sm90(P, sz, R);
+    else throw std::runtime_error("harness: unknown planner '" + planner + "'");
+    if (!err.empty()) { R.ok = false; R.error = err; }
+  } catch (const flashinfer::Error& e) {
+    R.ok = false;
+    R.error = e.what();
+  } catch (const std::exception& e) {
+    R.ok = false;
+    R.error = e.what();
+  }
+  R.allocs = g_trace;
+  return R;
+}
+
+static uint64_t total_of(const std::vector<Alloc>& a, const char* buf) {
+  uint64_t t = 0;
+  for (auto& x : a)
+    if (x.buffer == buf) t = std::max<uint64_t>(t, x.offset + x.bytes);
+  return t;
+}
+
+static std::string handle(const JVal& req) {
+  const JVal* idv = req.get("id");
+  std::string id = idv ? (idv->t == JVal::STR ? idv->s : std::to_string(idv->i)) : "";
+  std::ostringstream out;
+  out << "{\"id\":" << jstr(id);
+  const JVal* pl = req.get("planner");
+  std::string planner = pl && pl->t == JVal::STR ? pl->s : "prefill";
+  Params P{req.get("params")};
+  Result R;
+  try {
+    set_device(P);
+    uint64_t fsz = (uint64_t)P.i("float_workspace_bytes", (long long)kUnlimitedFloat);
+    uint64_t isz = (uint64_t)P.i("int_workspace_bytes", (long long)kIntMapBytes);
+    if (isz > kIntMapBytes) isz = kIntMapBytes;
+    R = run_once(planner, P, {fsz, isz});
+    if (R.ok) {
+      // Cross-checks (any failure is a harness bug and is reported as such).
+      std::string bad;
+      for (auto& a : R.allocs)
+        if (a.buffer == "unknown") bad += "allocation " + a.name + " on an unknown buffer; ";
+      uint64_t ib = total_of(R.allocs, "int");
+      if (g_memcpy_bytes >= 0 && (uint64_t)g_memcpy_bytes != ib)
+        bad += "int total " + std::to_string(ib) + " != bytes copied " + std::to_string(g_memcpy_bytes) + "; ";
+      for (auto& po : R.plan_offsets) {
+        for (auto& a : R.allocs)
+          if (a.name == po.first && (long long)a.offset != po.second)
+            bad += "plan_info offset of " + po.first + " differs; ";
+      }
+      bool verify = req.get("verify") && req.get("verify")->t == JVal::BOOL && req.get("verify")->b;
+      if (verify && bad.empty()) {
+        // Independent check through FlashInfer's own overflow message.
+        std::vector<Alloc> ref = R.allocs;
+        for (size_t k = 0; k < ref.size(); ++k) {
+          const Alloc& a = ref[k];
+          if (a.offset + a.bytes == 0) continue;
+          Sizes s2{fsz, isz};
+          (a.buffer == "float" ? s2.float_bytes : s2.int_bytes) = a.offset + a.bytes - 1;
+          Result R2 = run_once(planner, P, s2);
+          std::ostringstream want;
+          want << "Buffer overflow when allocating memory for " << a.name << " with size "
+               << a.bytes << " and alignment " << a.align << ", but only ";
+          if (R2.ok || R2.error.find(want.str()) == std::string::npos)
+            bad += "verify: shrinking the " + a.buffer + " buffer did not fail at " + a.name +
+                   " (" + (R2.ok ? std::string("ok") : R2.error) + "); ";
+        }
+        g_trace.clear();
+      }
+      if (!bad.empty()) { R.ok = false; R.error = "HARNESS CROSS-CHECK FAILED: " + bad; }
+    }
+  } catch (const std::exception& e) {
+    R.ok = false;
+    R.error = e.what();
+  }
+  if (!R.ok) {
+    out << ",\"ok\":false,\"error\":" << jstr(R.error) << "}";
+    return out.str();
+  }
+  out << ",\"ok\":true,\"float_bytes\":" << total_of(R.allocs, "float")
+      << ",\"int_bytes\":" << total_of(R.allocs, "int");
+  if (R.padded_batch_size >= 0) out << ",\"padded_batch_size\":" << R.padded_batch_size;
+  else out << ",\"padded_batch_size\":null";
+  if (R.cta_tile_q >= 0) out << ",\"cta_tile_q\":" << R.cta_tile_q;
+  else out << ",\"cta_tile_q\":null";
+  if (R.split_kv >= 0) out << ",\"split_kv\":" << (R.split_kv ? "true" : "false");
+  else out << ",\"split_kv\":null";
+  out << ",\"allocations\":[";
+  for (size_t k = 0; k < R.allocs.size(); ++k) {
+    auto& a = R.allocs[k];
+    out << (k ? "," : "") << "{\"name\":" << jstr(a.name) << ",\"buffer\":\"" << a.buffer
+        << "\",\"bytes\":" << a.bytes << ",\"align\":" << a.align << ",\"offset\":" << a.offset
+        << "}";
+  }
+  out << "]}";
+  return out.str();
+}
+}  // namespace fig
+
+int main(int argc, char** argv) {
+  std::ios::sync_with_stdio(false);
+  fig::init_buffers();
+  if (argc > 1 && std::string(argv[1]) == "--info") {
+    std::cout << "{\"colocated\":"
+#ifdef FIG_HAS_COLOCATED
+              << 1
+#else
+              << 0
+#endif
+              << ",\"real_cuda\":"
+#ifdef FIG_REAL_CUDA
+              << 1
+#else
+              << 0
+#endif
+              << "}\n";
+    return 0;
+  }
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (line.find_first_not_of(" \t\r\n") == std::string::npos) continue;
+    std::string reply;
+    try {
+      fig::JParser jp{line.data(), line.data() + line.size()};
+      fig::JVal req = jp.val();
+      reply = fig::handle(req);
+    } catch (const std::exception& e) {
+      reply = std::string("{\"id\":null,\"ok\":false,\"error\":") + fig::jstr(e.what()) + "}";
+    }
+    std::cout << reply << '\n';
+    std::cout.flush();
+  }
+  return 0;
+}

@@ -1,0 +1,294 @@
+"""Ground truth for the planner model: FlashInfer's own host planner code, compiled per release.
+
+For each FlashInfer release this module
+
+1. fetches the ``flashinfer-python`` wheel with ``pip download flashinfer-python==V --no-deps``
+   and extracts only ``flashinfer/data/include/**`` (plus, where the wheel bundles it, the CCCL
+   include trees ``flashinfer/data/cccl/{libcudacxx/include,cub,thrust}``, which the headers of
+   newer releases need) into ``${FLASHINFER_GUARD_CACHE:-~/.cache/flashinfer-guard}/flashinfer/<V>/``;
+   the wheel itself is deleted after extraction;
+2. reads the release's ``attention/scheduler.cuh`` to learn its ``PrefillPlan`` signature and
+   compiles ``harness.cu`` (this directory) against those headers with nvcc, host planners only,
+   CUDA runtime stubbed (see the top of harness.cu); the binary is cached under
+   ``<cache>/flashinfer/<V>/build/harness-<key>`` keyed by the harness source, the flags and the
+   nvcc version;
+3. runs any number of requests through one harness process (JSON lines in, JSON lines out).
+
+No FlashInfer header or code is stored in this repository; everything comes from the wheel at
+test time.
+
+Public API::
+
+    run_oracle(version, requests) -> list[dict]     # one reply per request, same order
+    build(version) -> Path                          # fetch + build (cached), returns the binary
+    build_many(versions) -> dict[str, Path]         # same, compiles in parallel processes
+    signature_features(version) -> dict[str, bool]
+
+Requests are ``{"id": str, "planner": "prefill"|"decode"|"sm90", "params": {...}}`` (see
+harness.cu for every parameter and its default). Replies are ``{"id", "ok": True, "float_bytes",
+"int_bytes", "padded_batch_size", "cta_tile_q", "split_kv", "allocations": [{"name", "buffer",
+"bytes", "align", "offset"}, ...]}`` or ``{"id", "ok": False, "error": str}``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+HARNESS_SRC = HERE / "harness.cu"
+
+RELEASES = ("0.5.0", "0.6.12", "0.6.14", "0.6.16", "0.7.0.post1", "0.7.2.post1", "0.7.4")
+
+_INCLUDE_PREFIX = "flashinfer/data/include/"
+_CCCL_PREFIXES = (
+    "flashinfer/data/cccl/libcudacxx/include/",
+    "flashinfer/data/cccl/cub/cub/",
+    "flashinfer/data/cccl/thrust/thrust/",
+)
+_EXTRACT_MARK = ".extracted-v1"
+
+
+class OracleError(RuntimeError):
+    pass
+
+
+def cache_root() -> Path:
+    root = os.environ.get("FLASHINFER_GUARD_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "flashinfer-guard"
+    )
+    return Path(root)
+
+
+def release_dir(version: str) -> Path:
+    return cache_root() / "flashinfer" / version
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _nvcc() -> str:
+    exe = os.environ.get("NVCC") or shutil.which("nvcc")
+    if not exe:
+        for cand in ("/usr/local/cuda/bin/nvcc", "/usr/local/bin/nvcc"):
+            if os.path.exists(cand):
+                exe = cand
+                break
+    if not exe:
+        raise OracleError("nvcc not found (set NVCC or put it on PATH); the oracle compiles "
+                          "FlashInfer's host planner code with it")
+    return exe
+
+
+def fetch(version: str) -> Path:
+    """Download + extract the release's headers (cached). Returns the release directory."""
+    rdir = release_dir(version)
+    mark = rdir / _EXTRACT_MARK
+    if mark.exists():
+        return rdir
+    with _locked(rdir.parent / f".{version}.lock"):
+        if mark.exists():
+            return rdir
+        with tempfile.TemporaryDirectory(prefix="fig-wheel-") as tmp:
+            cmd = [sys.executable, "-m", "pip", "download", f"flashinfer-python=={version}",
+                   "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
+                   "--quiet", "-d", tmp]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            wheels = list(Path(tmp).glob("flashinfer_python-*.whl"))
+            if proc.returncode != 0 or not wheels:
+                raise OracleError(f"pip download flashinfer-python=={version} failed:\n"
+                                  f"{proc.stdout}\n{proc.stderr}")
+            staging = rdir.with_name(rdir.name + ".partial")
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(parents=True)
+            with zipfile.ZipFile(wheels[0]) as zf:
+                for info in zf.infolist():
+                    name = info.filename
+                    if info.is_dir():
+                        continue
+                    if name.startswith(_INCLUDE_PREFIX):
+                        rel = "include/" + name[len(_INCLUDE_PREFIX):]
+                    elif name.startswith(_CCCL_PREFIXES):
+                        rel = "cccl/" + name[len("flashinfer/data/cccl/"):]
+                    else:
+                        continue
+                    if ".." in Path(rel).parts:
+                        continue
+                    dest = staging / rel
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    with zf.open(info) as src, open(dest, "wb") as dst:
+                        shutil.copyfileobj(src, dst)
+            if not (staging / "include/flashinfer/attention/scheduler.cuh").exists():
+                raise OracleError(f"flashinfer-python {version}: no include/flashinfer/attention/"
+                                  "scheduler.cuh in the wheel")
+            (staging / _EXTRACT_MARK).write_text(wheels[0].name + "\n")
+            shutil.rmtree(rdir, ignore_errors=True)
+            staging.rename(rdir)
+    return rdir
+
+
+def _function_signature(text: str, name: str) -> str:
+    m = re.search(r"inline\s+cudaError_t\s+" + re.escape(name) + r"\s*\(", text)
+    if not m:
+        raise OracleError(f"{name} not found in scheduler.cuh")
+    depth, i = 1, m.end()
+    while depth and i < len(text):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        i += 1
+    return text[m.end():i - 1]
+
+
+def signature_features(version: str) -> dict:
+    """What this release's PrefillPlan takes (read from its scheduler.cuh)."""
+    text = (fetch(version) / "include/flashinfer/attention/scheduler.cuh").read_text()
+    sig = _function_signature(text, "PrefillPlan")
+    params = {p.strip().split()[-1].lstrip("*&") for p in re.sub(r"//[^\n]*", "", sig).split(",")
+              if p.strip()}
+    params = {p.split("=")[0].strip() for p in params}
+    sig90 = _function_signature(text, "PrefillSM90Plan")
+    return {
+        "num_colocated_ctas": "num_colocated_ctas" in params,
+        "uniform_q_len": "uniform_q_len" in params,
+        "fixed_uniform_q_len": "fixed_uniform_q_len" in params,
+        "kv_dtype_bytes": "kv_dtype_bytes" in sig,
+        "sm90_signature_known": "kv_len_arr_h" in sig90 and "staged" not in sig90,
+    }
+
+
+def _flags(version: str, real_cuda: bool = False) -> list[str]:
+    feats = signature_features(version)
+    if not feats["sm90_signature_known"]:
+        raise OracleError(f"{version}: unexpected PrefillSM90Plan signature; update harness.cu")
+    rdir = release_dir(version)
+    flags = ["-std=c++17", "-O1", "-w", "-Xcompiler", "-w"]
+    macro = {"num_colocated_ctas": "FIG_HAS_COLOCATED", "uniform_q_len": "FIG_HAS_UNIFORM",
+             "fixed_uniform_q_len": "FIG_HAS_FIXED_UNIFORM", "kv_dtype_bytes": "FIG_HAS_KV_DTYPE"}
+    for key, m in macro.items():
+        if feats[key]:
+            flags.append(f"-D{m}")
+    flags.append(f"-I{rdir / 'include'}")
+    cccl = rdir / "cccl"
+    if (cccl / "libcudacxx/include").is_dir():
+        flags += [f"-I{cccl / 'libcudacxx/include'}", f"-I{cccl / 'cub'}", f"-I{cccl / 'thrust'}"]
+    if real_cuda:
+        flags.append("-DFIG_REAL_CUDA")
+    else:
+        # Host planners only; the one kernel symbol the decode planner takes the address of is an
+        # empty stub, so a PTX-only device pass for a single virtual arch is enough.
+        flags += ["-cudart", "none", "-arch=compute_80", "-code=compute_80"]
+    return flags
+
+
+def _nvcc_version(nvcc: str) -> str:
+    try:
+        return subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    except OSError as e:  # pragma: no cover
+        raise OracleError(f"cannot run {nvcc}: {e}")
+
+
+def build(version: str, real_cuda: bool = False, extra_flags: list[str] | None = None) -> Path:
+    """Fetch headers and compile the harness for one release (cached). Returns the binary."""
+    fetch(version)
+    nvcc = _nvcc()
+    flags = _flags(version, real_cuda) + list(extra_flags or [])
+    key_src = HARNESS_SRC.read_bytes() + "\0".join(flags).encode() + _nvcc_version(nvcc).encode()
+    key = hashlib.sha256(key_src).hexdigest()[:16]
+    out = release_dir(version) / "build" / f"harness-{'real-' if real_cuda else ''}{key}"
+    if out.exists():
+        return out
+    with _locked(out.with_suffix(".lock")):
+        if out.exists():
+            return out
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+        cmd = [nvcc, *flags, "-o", str(tmp), str(HARNESS_SRC)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise OracleError(f"building the FlashInfer {version} harness failed:\n"
+                              f"{' '.join(cmd)}\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
+        tmp.rename(out)
+    return out
+
+
+def build_many(versions, real_cuda: bool = False, jobs: int | None = None) -> dict:
+    """Fetch and compile several releases in parallel (nvcc runs as separate processes)."""
+    versions = list(versions)
+    jobs = jobs or max(2, min(len(versions), (os.cpu_count() or 2) + 1))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as ex:
+        futs = {v: ex.submit(build, v, real_cuda) for v in versions}
+        return {v: f.result() for v, f in futs.items()}
+
+
+_PATH_RE = re.compile(r"at \S*?/include/(flashinfer/[^\s:]+):(\d+)")
+
+
+def _clean_error(msg: str) -> str:
+    return _PATH_RE.sub(r"at \1:\2", msg)
+
+
+def run_binary(binary: Path, requests: list[dict], timeout: float = 900) -> list[dict]:
+    payload = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in requests)
+    proc = subprocess.run([str(binary)], input=payload, capture_output=True, text=True,
+                          timeout=timeout)
+    if proc.returncode != 0:
+        raise OracleError(f"harness {binary} exited {proc.returncode}: {proc.stderr[-4000:]}")
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    if len(lines) != len(requests):
+        raise OracleError(f"harness answered {len(lines)} lines for {len(requests)} requests; "
+                          f"stderr: {proc.stderr[-4000:]}")
+    out = []
+    for req, ln in zip(requests, lines):
+        rep = json.loads(ln)
+        if rep.get("id") != req.get("id"):
+            raise OracleError(f"harness reply out of order: {rep.get('id')} for {req.get('id')}")
+        if not rep.get("ok"):
+            rep["error"] = _clean_error(rep.get("error", ""))
+            if rep["error"].startswith("HARNESS CROSS-CHECK FAILED"):
+                raise OracleError(f"request {req.get('id')}: {rep['error']}")
+        out.append(rep)
+    return out
+
+
+def run_oracle(version: str, requests: list[dict], verify: bool = False) -> list[dict]:
+    """Run requests through FlashInfer ``version``'s real planner code (one process)."""
+    binary = build(version)
+    if verify:
+        requests = [dict(r, verify=True) for r in requests]
+    return run_binary(binary, requests)
+
+
+if __name__ == "__main__":  # python -m tests.conformance.oracle VERSION < requests.jsonl
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("version", nargs="+")
+    ap.add_argument("--build-only", action="store_true")
+    ap.add_argument("--real-cuda", action="store_true")
+    args = ap.parse_args()
+    bins = build_many(args.version, real_cuda=args.real_cuda)
+    if args.build_only:
+        for v, b in bins.items():
+            print(v, b)
+        sys.exit(0)
+    reqs = [json.loads(ln) for ln in sys.stdin if ln.strip()]
+    for rep in run_binary(bins[args.version[0]], reqs):
+        print(json.dumps(rep))

@@ -1,0 +1,162 @@
+"""Byte-for-byte conformance of guard_core's planner model with FlashInfer's real planner code.
+
+For each FlashInfer release in ``oracle.RELEASES`` the oracle (``oracle.py``) downloads the
+``flashinfer-python`` wheel, extracts its headers and compiles FlashInfer's own host planners
+(``PrefillPlan``, ``DecodePlan`` with the real ``BatchDecodeWithPagedKVCacheWorkEstimationDispatched``,
+``PrefillSM90Plan`` from ``include/flashinfer/attention/scheduler.cuh``) into a host program with
+the CUDA runtime stubbed (SM count, compute capability, shared-memory limits and the decode
+kernel's occupancy come from each request). The grid (``grid.py``, > 1,000 requests per release)
+then runs through the oracle and through ``guard_core.flashinfer_model.run_planner``; ok/error,
+``float_bytes``, ``int_bytes`` and the whole allocation list (name, buffer, bytes, alignment,
+offset, in call order) must be equal for every request.
+
+Every oracle request also runs in "verify" mode: each allocation is re-planned with its buffer one
+byte too small and FlashInfer's own overflow message must name that allocation with the same
+size and alignment, so the oracle itself is checked against FlashInfer's allocator on every
+request. The two production seeds are asserted against the oracle directly.
+
+Nothing here skips: a missing nvcc, a failed download or a missing model module is a failure.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+
+import pytest
+
+from . import grid, oracle
+
+RELEASES = oracle.RELEASES
+OLD_FORMULA = ("0.5.0", "0.6.12", "0.6.14", "0.6.16", "0.7.0.post1")  # before PR #5177
+
+_replies: dict[str, list[dict]] = {}
+_grids: dict[str, list[dict]] = {}
+
+
+@pytest.fixture(scope="session")
+def harness_binaries():
+    # One nvcc process per release, in parallel (cached by version + harness hash).
+    return oracle.build_many(RELEASES)
+
+
+def _oracle_replies(version: str) -> tuple[list[dict], list[dict]]:
+    if version not in _replies:
+        reqs = grid.make_grid(version)
+        _grids[version] = reqs
+        _replies[version] = oracle.run_oracle(version, reqs, verify=True)
+    return _grids[version], _replies[version]
+
+
+def _load_model():
+    try:
+        return importlib.import_module("guard_core.flashinfer_model")
+    except Exception as e:  # noqa: BLE001 - any import failure is a failure of the product
+        pytest.fail(f"guard_core.flashinfer_model cannot be imported ({type(e).__name__}: {e}); "
+                    "the conformance suite needs run_planner(version, planner, params)")
+
+
+def _short(v):
+    if isinstance(v, list) and len(v) > 8:
+        return f"[{', '.join(map(str, v[:4]))}, ... {v[-1]}] (len {len(v)})"
+    return v
+
+
+def _describe(req: dict) -> str:
+    return json.dumps({"planner": req["planner"],
+                       "params": {k: _short(v) for k, v in req["params"].items()}})
+
+
+def _alloc_key(a: dict) -> tuple:
+    return (a.get("name"), a.get("buffer"), a.get("bytes"), a.get("align"), a.get("offset"))
+
+
+def _compare(ref: dict, got: dict) -> list[str]:
+    if not isinstance(got, dict):
+        return [f"model returned {type(got).__name__}, not dict"]
+    problems = []
+    if bool(ref.get("ok")) != bool(got.get("ok")):
+        return [f"ok: FlashInfer {ref.get('ok')} ({ref.get('error', '')[:200]}) vs model "
+                f"{got.get('ok')} ({str(got.get('error', ''))[:200]})"]
+    if not ref.get("ok"):
+        return []
+    for key in ("float_bytes", "int_bytes"):
+        if ref.get(key) != got.get(key):
+            problems.append(f"{key}: FlashInfer {ref.get(key)} vs model {got.get(key)}")
+    ra = [_alloc_key(a) for a in ref.get("allocations", [])]
+    ga = [_alloc_key(a) for a in (got.get("allocations") or [])]
+    if ra != ga:
+        for i in range(max(len(ra), len(ga))):
+            r = ra[i] if i < len(ra) else None
+            g = ga[i] if i < len(ga) else None
+            if r != g:
+                problems.append(f"allocation #{i}: FlashInfer {r} vs model {g}")
+                break
+        if len(ra) != len(ga):
+            problems.append(f"{len(ra)} allocations in FlashInfer vs {len(ga)} in the model")
+    if problems:
+        extra = {k: (ref.get(k), got.get(k)) for k in ("padded_batch_size", "cta_tile_q",
+                                                      "split_kv")}
+        problems.append(f"(FlashInfer, model) padded_batch_size/cta_tile_q/split_kv: {extra}")
+    return problems
+
+
+def test_grid_is_large_and_deterministic():
+    a = grid.make_grid("0.7.4")
+    b = grid.make_grid("0.7.4")
+    assert a == b
+    assert len(a) >= 1000
+    planners = {r["planner"] for r in a}
+    assert planners == {"prefill", "decode", "sm90"}
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_oracle_seeds(version, harness_binaries):
+    """The two production crashes, straight from FlashInfer's own planner (checks the oracle)."""
+    reqs, reps = _oracle_replies(version)
+    by_id = {r["id"]: r for r in reps}
+    for sid in grid.SEED_EXPECT_OLD:
+        rep = by_id[sid]
+        assert rep["ok"], rep
+        allocs = [(a["name"], a["bytes"]) for a in rep["allocations"] if a["buffer"] == "float"]
+        if version in OLD_FORMULA:
+            want = list(grid.SEED_EXPECT_OLD[sid].items())
+            assert allocs[: len(want)] == want, (sid, allocs)
+        else:
+            assert rep["float_bytes"] == grid.SEED_EXPECT_NEW_FLOAT_TOTAL[sid], (sid, rep)
+    if version in OLD_FORMULA:
+        # vLLM Qwen3.5: tmp_v alone overflows vLLM's 394 MiB (413138944-byte) default buffer.
+        assert grid.SEED_EXPECT_OLD["seed_vllm_qwen35"]["batch_prefill_tmp_v"] > 413138944
+        # SGLang Qwen3-VL-32B: tmp_v fits the 384 MiB buffer with 524288 bytes left, tmp_s not.
+        sg = {a["name"]: a for a in by_id["seed_sglang_qwen3vl"]["allocations"]}
+        assert 402653184 - (sg["batch_prefill_tmp_v"]["offset"] +
+                            sg["batch_prefill_tmp_v"]["bytes"]) == 524288
+        assert sg["batch_prefill_tmp_s"]["bytes"] > 524288
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_planner_conformance(version, harness_binaries):
+    reqs, reps = _oracle_replies(version)
+    model = _load_model()
+    run_planner = getattr(model, "run_planner", None)
+    assert callable(run_planner), "guard_core.flashinfer_model.run_planner is missing"
+    diffs = []
+    equal = 0
+    for req, ref in zip(reqs, reps):
+        try:
+            got = run_planner(version, req["planner"], copy.deepcopy(req["params"]))
+        except Exception as e:  # noqa: BLE001 - report like an error reply
+            got = {"ok": False, "error": f"model raised {type(e).__name__}: {e}"}
+        problems = _compare(ref, got)
+        if problems:
+            diffs.append((req, problems))
+        else:
+            equal += 1
+    if diffs:
+        lines = [f"FlashInfer {version}: {len(reqs)} requests, {equal} equal, "
+                 f"{len(diffs)} differ. First differences:"]
+        for req, problems in diffs[:6]:
+            lines.append(f"- {req['id']}: {_describe(req)}")
+            lines.extend(f"    {p}" for p in problems)
+        pytest.fail("\n".join(lines), pytrace=False)
