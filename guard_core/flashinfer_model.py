@@ -120,13 +120,17 @@ class Plan:
 class _Allocator:
     """FlashInfer's AlignedAllocator on a buffer aligned to every request."""
 
+    __slots__ = ("buffer", "used", "out")
+
     def __init__(self, buffer: str, out: list):
         self.buffer, self.used, self.out = buffer, 0, out
 
     def alloc(self, size: int, align: int, name: str) -> int:
         offset = self.used
-        if align > 1 and offset % align:
-            offset += align - offset % align
+        if align > 1:
+            rem = offset % align
+            if rem:
+                offset += align - rem
         self.used = offset + size
         self.out.append(Allocation(name, self.buffer, size, align, offset))
         return offset

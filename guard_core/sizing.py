@@ -295,11 +295,12 @@ def compute_requirement(
         # eager prefill
         if planners.prefill == "fa2":
             best = None
-            # query lengths at each tile threshold: the largest CTA tile with one tile per request
+            # one request of q tokens per tile: float grows with the CTA tile, so try the
+            # shortest query reaching each tile size the release can pick
+            seen_tiles = set()
             cands = {1}
             for th in (16, 32, 64, 128):
-                q = -(-(th + 1) // g) if th < 128 else max(1, 128 // g)
-                cands.add(max(1, q))
+                cands.add(max(1, -(-(th + 1) // g)))
                 cands.add(max(1, th // g))
             for q in sorted(cands):
                 if q > limits.max_num_batched_tokens:
@@ -307,6 +308,9 @@ def compute_requirement(
                 cta = fm.cta_tile_q(flashinfer_version, q * g, layout.head_dim_vo, layout.head_dim_qk,
                                     layout.kv_dtype_bytes, gpu.cc[0], _optin_smem(gpu))
                 tiles = -(-(q * g) // cta)
+                if (cta, tiles) in seen_tiles:
+                    continue
+                seen_tiles.add((cta, tiles))
                 chunks = fa2_max_bs // tiles if tiles else 0
                 max_req = max(1, min(limits.max_num_seqs, limits.max_num_batched_tokens // q))
                 kv = _long_kv_batch(chunks, max_req, min_chunk_pages, max_pages) if chunks else None
