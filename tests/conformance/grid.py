@@ -382,7 +382,7 @@ def make_grid(version: str = "", seed: int = 20261129, scale: float = 1.0) -> li
         out.append(decode_request(f"decode_group_{g}", [100] * 16, num_qo_heads=g * 2,
                                   num_kv_heads=2, head_dim=128, page_size=16,
                                   enable_cuda_graph=True, gpu=h100, blocks_per_sm=2))
-    for d in (96, 192, 576):
+    for d in (96, 192):
         out.append(decode_request(f"decode_head_dim_{d}", [100] * 16, num_qo_heads=16,
                                   num_kv_heads=4, head_dim=d, page_size=16,
                                   enable_cuda_graph=True, gpu=h100, blocks_per_sm=2))

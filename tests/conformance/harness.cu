@@ -6,8 +6,9 @@
 //   PrefillPlan<int32_t>            (FA2 prefill planner; prefill wrappers, tensor-core decode)
 //   DecodePlan<...>                 (CUDA-core decode planner) with the real
 //     BatchDecodeWithPagedKVCacheWorkEstimationDispatched<GROUP_SIZE, HEAD_DIM, ...> as its
-//     work-estimation function, dispatched through FlashInfer's own DISPATCH_HEAD_DIM /
-//     DISPATCH_GQA_GROUP_SIZE macros exactly like csrc/batch_decode.cu does
+//     work-estimation function, the group size dispatched through FlashInfer's own
+//     DISPATCH_GQA_GROUP_SIZE exactly like csrc/batch_decode.cu does (HEAD_DIM is a JIT
+//     constant there; this harness instantiates 64/96/128/192/256/512, real-CUDA build 64/128/256)
 //   PrefillSM90Plan<int32_t>        (FA3 planner, int buffer only)
 //
 // How allocations are read: scheduler.cuh allocates through flashinfer::AlignedAllocator. Before
@@ -357,13 +358,15 @@ static const uint64_t kFloatBase = 1ull << 44;              // fake, 4096-aligne
 static const uint64_t kUnlimitedFloat = 1ull << 46;
 static const uint64_t kIntMapBytes = 8ull << 30;            // reserved, touched lazily
 static char* g_int_dev = nullptr;
+static uint64_t g_int_cap = kIntMapBytes;
 static char* g_int_host = nullptr;
 
 static void init_buffers() {
   g_float_base = (void*)(uintptr_t)kFloatBase;
 #ifdef FIG_REAL_CUDA
   // A real device int buffer (so the memcpy is real) and a host staging buffer.
-  if (cudaMalloc((void**)&g_int_dev, 256ull << 20) != cudaSuccess) { fprintf(stderr, "cudaMalloc failed\n"); exit(3); }
+  g_int_cap = 256ull << 20;
+  if (cudaMalloc((void**)&g_int_dev, g_int_cap) != cudaSuccess) { fprintf(stderr, "cudaMalloc failed\n"); exit(3); }
   g_int_host = (char*)mmap(nullptr, kIntMapBytes, PROT_READ | PROT_WRITE,
                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 #else
@@ -468,6 +471,32 @@ static std::string run_prefill(const Params& P, Sizes sz, Result& R) {
   return "";
 }
 
+// CUDA-core decode: csrc/batch_decode.cu's plan() body for one JIT-compiled HEAD_DIM. The group
+// size goes through FlashInfer's own DISPATCH_GQA_GROUP_SIZE (its supported set differs by
+// release), the work estimation is FlashInfer's BatchDecodeWithPagedKVCacheWorkEstimationDispatched.
+template <uint32_t HEAD_DIM>
+static cudaError_t decode_plan_hd(flashinfer::DecodePlanInfo& info, Sizes sz, int32_t* indptr,
+                                  uint32_t batch_size, uint32_t num_qo_heads,
+                                  uint32_t num_kv_heads, uint32_t page_size,
+                                  bool enable_cuda_graph) {
+  using namespace flashinfer;
+  using Params_ = BatchDecodeParams<half, half, half, int32_t>;
+  using Variant = DefaultAttention</*use_custom_mask=*/false, /*use_sliding_window=*/false,
+                                   /*use_logits_soft_cap=*/false, /*use_alibi=*/false>;
+  cudaError_t st = cudaSuccess;
+  DISPATCH_GQA_GROUP_SIZE(num_qo_heads / num_kv_heads, GROUP_SIZE, {
+    auto work_estimation_func =
+        BatchDecodeWithPagedKVCacheWorkEstimationDispatched<GROUP_SIZE, HEAD_DIM,
+                                                            PosEncodingMode::kNone, Variant,
+                                                            Params_>;
+    st = DecodePlan<HEAD_DIM, PosEncodingMode::kNone, Variant, Params_>(
+        g_float_base, sz.float_bytes, g_int_dev, g_int_host, sz.int_bytes, info, indptr,
+        batch_size, num_qo_heads, page_size, enable_cuda_graph, /*stream=*/nullptr,
+        work_estimation_func);
+  });
+  return st;
+}
+
 static std::string run_decode(const Params& P, Sizes sz, Result& R) {
   auto indptr = P.arr("indptr");
   if (indptr.empty()) indptr = P.arr("kv_indptr");
@@ -483,27 +512,23 @@ static std::string run_decode(const Params& P, Sizes sz, Result& R) {
     // FlashInfer's Python wrapper rejects this before planning (the C++ would truncate).
     throw std::runtime_error("harness: num_qo_heads must be divisible by num_kv_heads");
   }
-  uint32_t head_dim = (uint32_t)hd;
   flashinfer::DecodePlanInfo info;
-  cudaError_t st = cudaSuccess;
-  using namespace flashinfer;
-  using Params_ = BatchDecodeParams<half, half, half, int32_t>;
-  using Variant = DefaultAttention</*use_custom_mask=*/false, /*use_sliding_window=*/false,
-                                   /*use_logits_soft_cap=*/false, /*use_alibi=*/false>;
-  // Same dispatch as csrc/batch_decode.cu (HEAD_DIM is a JIT constant there; the JIT module
-  // exists for the head dims FlashInfer's DISPATCH_HEAD_DIM lists).
-  DISPATCH_HEAD_DIM(head_dim, HEAD_DIM, {
-    DISPATCH_GQA_GROUP_SIZE(num_qo_heads / num_kv_heads, GROUP_SIZE, {
-      auto work_estimation_func =
-          BatchDecodeWithPagedKVCacheWorkEstimationDispatched<GROUP_SIZE, HEAD_DIM,
-                                                              PosEncodingMode::kNone, Variant,
-                                                              Params_>;
-      st = DecodePlan<HEAD_DIM, PosEncodingMode::kNone, Variant, Params_>(
-          g_float_base, sz.float_bytes, g_int_dev, g_int_host, sz.int_bytes, info,
-          indptr.data(), batch_size, num_qo_heads, page_size, enable_cuda_graph,
-          /*stream=*/nullptr, work_estimation_func);
-    });
-  });
+  cudaError_t st;
+  // HEAD_DIM is a JIT constant in FlashInfer (no head-dim dispatch on this path); the harness
+  // instantiates the head dims below.
+  switch (hd) {
+    case 64: st = decode_plan_hd<64>(info, sz, indptr.data(), batch_size, num_qo_heads, num_kv_heads, page_size, enable_cuda_graph); break;
+    case 128: st = decode_plan_hd<128>(info, sz, indptr.data(), batch_size, num_qo_heads, num_kv_heads, page_size, enable_cuda_graph); break;
+    case 256: st = decode_plan_hd<256>(info, sz, indptr.data(), batch_size, num_qo_heads, num_kv_heads, page_size, enable_cuda_graph); break;
+#ifndef FIG_REAL_CUDA
+    case 96: st = decode_plan_hd<96>(info, sz, indptr.data(), batch_size, num_qo_heads, num_kv_heads, page_size, enable_cuda_graph); break;
+    case 192: st = decode_plan_hd<192>(info, sz, indptr.data(), batch_size, num_qo_heads, num_kv_heads, page_size, enable_cuda_graph); break;
+    case 512: st = decode_plan_hd<512>(info, sz, indptr.data(), batch_size, num_qo_heads, num_kv_heads, page_size, enable_cuda_graph); break;
+#endif
+    default:
+      throw std::runtime_error("harness: decode head_dim " + std::to_string(hd) +
+                               " is not instantiated in this harness build");
+  }
   if (st != cudaSuccess) return std::string("DecodePlan returned ") + cudaGetErrorString(st);
   R.padded_batch_size = info.padded_batch_size;
   R.split_kv = info.split_kv;
@@ -515,6 +540,64 @@ static std::string run_decode(const Params& P, Sizes sz, Result& R) {
                     {"batch_decode_tmp_v", info.v_offset},
                     {"batch_decode_tmp_s", info.s_offset}};
   return "";
+}
+
+// For ci/gpu_planner_check.sh: what the device says (real build) or what the stubs say.
+static std::string device_info_json() {
+  int dev = 0, sms = 0, ma = 0, mi = 0, smem_sm = 0, optin = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  cudaDeviceGetAttribute(&ma, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&mi, cudaDevAttrComputeCapabilityMinor, dev);
+  cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  std::ostringstream o;
+  o << "\"num_sms\":" << sms << ",\"cc_major\":" << ma << ",\"cc_minor\":" << mi
+    << ",\"max_smem_per_sm\":" << smem_sm << ",\"max_smem_per_block_optin\":" << optin;
+  return o.str();
+}
+
+// Occupancy of the CUDA-core decode kernel the planner asks about, with the launch shape
+// BatchDecodeWithPagedKVCacheWorkEstimationDispatched uses (half q/kv/o, no pos-encoding, default
+// variant). Only used to hand the same blocks_per_sm to the model on a real GPU.
+template <uint32_t HEAD_DIM>
+static int decode_occupancy_hd(uint32_t group) {
+  using namespace flashinfer;
+  using Params_ = BatchDecodeParams<half, half, half, int32_t>;
+  using Variant = DefaultAttention<false, false, false, false>;
+  using DTypeKV = half;
+  int n = -1;
+  auto cc = GetCudaComputeCapability();
+  DISPATCH_GQA_GROUP_SIZE(group, GROUP_SIZE, {
+    DISPATCH_COMPUTE_CAP_DECODE_NUM_STAGES_SMEM(cc, NUM_STAGES_SMEM, {
+      constexpr uint32_t vec_size = std::max(16UL / sizeof(DTypeKV), HEAD_DIM / 32UL);
+      constexpr uint32_t bdx = HEAD_DIM / vec_size;
+      constexpr uint32_t bdy = GROUP_SIZE;
+      constexpr uint32_t num_threads = std::max(128U, bdx * bdy);
+      constexpr uint32_t bdz = num_threads / (bdx * bdy);
+      constexpr uint32_t tile_size_per_bdx = GROUP_SIZE == 1 ? (sizeof(DTypeKV) == 1 ? 2U : 4U) : 1U;
+      const uint32_t smem_size =
+          2 * NUM_STAGES_SMEM * tile_size_per_bdx * bdy * bdz * HEAD_DIM * sizeof(DTypeKV) +
+          std::max(tile_size_per_bdx * num_threads * sizeof(DTypeKV*), 2 * bdy * bdz * sizeof(float));
+      auto kernel = BatchDecodeWithPagedKVCacheKernel<PosEncodingMode::kNone, NUM_STAGES_SMEM,
+                                                      tile_size_per_bdx, vec_size, bdx, bdy, bdz,
+                                                      Variant, Params_>;
+      int nb = 0;
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, kernel, num_threads, smem_size) ==
+          cudaSuccess)
+        n = nb;
+    });
+  });
+  return n;
+}
+
+static int decode_occupancy(uint32_t head_dim, uint32_t group) {
+  switch (head_dim) {
+    case 64: return decode_occupancy_hd<64>(group);
+    case 128: return decode_occupancy_hd<128>(group);
+    case 256: return decode_occupancy_hd<256>(group);
+    default: return -1;
+  }
 }
 
 static std::string run_sm90(const Params& P, Sizes sz, Result& R) {
@@ -590,11 +673,26 @@ static std::string handle(const JVal& req) {
   std::string planner = pl && pl->t == JVal::STR ? pl->s : "prefill";
   Params P{req.get("params")};
   Result R;
+  if (planner == "device_info" || planner == "decode_occupancy") {
+    try {
+      set_device(P);
+      if (planner == "device_info") {
+        out << ",\"ok\":true," << device_info_json() << "}";
+      } else {
+        uint32_t q = (uint32_t)P.i("num_qo_heads", 32), kv = (uint32_t)P.i("num_kv_heads", q);
+        int n = decode_occupancy((uint32_t)P.i("head_dim", 128), kv ? q / kv : 0);
+        out << ",\"ok\":true,\"blocks_per_sm\":" << n << "}";
+      }
+    } catch (const std::exception& e) {
+      out << ",\"ok\":false,\"error\":" << jstr(e.what()) << "}";
+    }
+    return out.str();
+  }
   try {
     set_device(P);
     uint64_t fsz = (uint64_t)P.i("float_workspace_bytes", (long long)kUnlimitedFloat);
-    uint64_t isz = (uint64_t)P.i("int_workspace_bytes", (long long)kIntMapBytes);
-    if (isz > kIntMapBytes) isz = kIntMapBytes;
+    uint64_t isz = (uint64_t)P.i("int_workspace_bytes", (long long)g_int_cap);
+    if (isz > g_int_cap) isz = g_int_cap;
     R = run_once(planner, P, {fsz, isz});
     if (R.ok) {
       // Cross-checks (any failure is a harness bug and is reported as such).

@@ -108,15 +108,19 @@ def fetch(version: str) -> Path:
     with _locked(rdir.parent / f".{version}.lock"):
         if mark.exists():
             return rdir
+        if _copy_installed(version, rdir):
+            return rdir
         with tempfile.TemporaryDirectory(prefix="fig-wheel-") as tmp:
-            cmd = [sys.executable, "-m", "pip", "download", f"flashinfer-python=={version}",
-                   "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-                   "--quiet", "-d", tmp]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            wheels = list(Path(tmp).glob("flashinfer_python-*.whl"))
-            if proc.returncode != 0 or not wheels:
-                raise OracleError(f"pip download flashinfer-python=={version} failed:\n"
-                                  f"{proc.stdout}\n{proc.stderr}")
+            wheels = _local_wheels(version)
+            if not wheels:
+                cmd = [sys.executable, "-m", "pip", "download", f"flashinfer-python=={version}",
+                       "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
+                       "--quiet", "-d", tmp]
+                proc = subprocess.run(cmd, capture_output=True, text=True)
+                wheels = list(Path(tmp).glob("flashinfer_python-*.whl"))
+                if proc.returncode != 0 or not wheels:
+                    raise OracleError(f"pip download flashinfer-python=={version} failed:\n"
+                                      f"{proc.stdout}\n{proc.stderr}")
             staging = rdir.with_name(rdir.name + ".partial")
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir(parents=True)
@@ -144,6 +148,42 @@ def fetch(version: str) -> Path:
             shutil.rmtree(rdir, ignore_errors=True)
             staging.rename(rdir)
     return rdir
+
+
+def _local_wheels(version: str) -> list:
+    """A wheel already on disk: $FLASHINFER_GUARD_WHEEL_DIR/flashinfer_python-<V>-*.whl."""
+    d = os.environ.get("FLASHINFER_GUARD_WHEEL_DIR")
+    if not d:
+        return []
+    return sorted(Path(d).glob(f"flashinfer_python-{version}-*.whl"))
+
+
+def _copy_installed(version: str, rdir: Path) -> bool:
+    """Use the installed flashinfer-python's headers when it is exactly ``version`` (offline GPU
+    machines). Reads package metadata only; never imports flashinfer."""
+    try:
+        from importlib import metadata
+
+        dist = metadata.distribution("flashinfer-python")
+    except Exception:  # noqa: BLE001
+        return False
+    if dist.version != version:
+        return False
+    base = Path(dist.locate_file("flashinfer")) / "data"
+    if not (base / "include/flashinfer/attention/scheduler.cuh").exists():
+        return False
+    staging = rdir.with_name(rdir.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    shutil.copytree(base / "include", staging / "include")
+    for sub in ("libcudacxx/include", "cub/cub", "thrust/thrust"):
+        src = base / "cccl" / sub
+        if src.is_dir():
+            shutil.copytree(src, staging / "cccl" / sub)
+    (staging / _EXTRACT_MARK).write_text(f"installed flashinfer-python {version}\n")
+    shutil.rmtree(rdir, ignore_errors=True)
+    staging.rename(rdir)
+    return True
 
 
 def _function_signature(text: str, name: str) -> str:
@@ -190,12 +230,28 @@ def _flags(version: str, real_cuda: bool = False) -> list[str]:
     if (cccl / "libcudacxx/include").is_dir():
         flags += [f"-I{cccl / 'libcudacxx/include'}", f"-I{cccl / 'cub'}", f"-I{cccl / 'thrust'}"]
     if real_cuda:
-        flags.append("-DFIG_REAL_CUDA")
+        # Real CUDA runtime and the real decode kernel (its occupancy is asked of the driver).
+        # Flags as FlashInfer's JIT (jit/cpp_ext.py) compiles batch_decode.
+        flags += ["-DFIG_REAL_CUDA", f"-arch={_device_arch()}", "--expt-relaxed-constexpr"]
     else:
         # Host planners only; the one kernel symbol the decode planner takes the address of is an
         # empty stub, so a PTX-only device pass for a single virtual arch is enough.
         flags += ["-cudart", "none", "-arch=compute_80", "-code=compute_80"]
     return flags
+
+
+def _device_arch() -> str:
+    """sm_XY of the first visible GPU (for the real-CUDA build); FIG_CUDA_ARCH overrides."""
+    if os.environ.get("FIG_CUDA_ARCH"):
+        return os.environ["FIG_CUDA_ARCH"]
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=60).stdout.split()
+        major, minor = out[0].strip().split(".")
+        return f"sm_{major}{minor}"
+    except Exception as e:  # noqa: BLE001
+        raise OracleError(f"cannot read the GPU's compute capability with nvidia-smi ({e}); "
+                          "set FIG_CUDA_ARCH=sm_XY")
 
 
 def _nvcc_version(nvcc: str) -> str:
@@ -274,6 +330,52 @@ def run_oracle(version: str, requests: list[dict], verify: bool = False) -> list
     if verify:
         requests = [dict(r, verify=True) for r in requests]
     return run_binary(binary, requests)
+
+
+def _alloc_key(a: dict) -> tuple:
+    return (a.get("name"), a.get("buffer"), a.get("bytes"), a.get("align"), a.get("offset"))
+
+
+def compare_reply(ref: dict, got, ref_name: str = "FlashInfer", got_name: str = "model") -> list:
+    """Differences that matter between two replies: ok/error-ness, float_bytes, int_bytes and the
+    whole allocation list (name, buffer, bytes, align, offset, in order). [] when equal."""
+    if not isinstance(got, dict):
+        return [f"{got_name} returned {type(got).__name__}, not dict"]
+    if bool(ref.get("ok")) != bool(got.get("ok")):
+        return [f"ok: {ref_name} {ref.get('ok')} ({str(ref.get('error', ''))[:200]}) vs "
+                f"{got_name} {got.get('ok')} ({str(got.get('error', ''))[:200]})"]
+    if not ref.get("ok"):
+        return []
+    problems = []
+    for key in ("float_bytes", "int_bytes"):
+        if ref.get(key) != got.get(key):
+            problems.append(f"{key}: {ref_name} {ref.get(key)} vs {got_name} {got.get(key)}")
+    ra = [_alloc_key(a) for a in ref.get("allocations", [])]
+    ga = [_alloc_key(a) for a in (got.get("allocations") or [])]
+    if ra != ga:
+        for i in range(max(len(ra), len(ga))):
+            r = ra[i] if i < len(ra) else None
+            g = ga[i] if i < len(ga) else None
+            if r != g:
+                problems.append(f"allocation #{i}: {ref_name} {r} vs {got_name} {g}")
+                break
+        if len(ra) != len(ga):
+            problems.append(f"{len(ra)} allocations in {ref_name} vs {len(ga)} in {got_name}")
+    if problems:
+        extra = {k: (ref.get(k), got.get(k)) for k in ("padded_batch_size", "cta_tile_q",
+                                                      "split_kv")}
+        problems.append(f"({ref_name}, {got_name}) padded_batch_size/cta_tile_q/split_kv: {extra}")
+    return problems
+
+
+def describe_request(req: dict) -> str:
+    def short(v):
+        if isinstance(v, list) and len(v) > 8:
+            return f"[{', '.join(map(str, v[:4]))}, ... {v[-1]}] (len {len(v)})"
+        return v
+
+    return json.dumps({"planner": req["planner"],
+                       "params": {k: short(v) for k, v in req["params"].items()}})
 
 
 if __name__ == "__main__":  # python -m tests.conformance.oracle VERSION < requests.jsonl

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import copy
 import importlib
-import json
 
 import pytest
 
@@ -55,51 +54,6 @@ def _load_model():
     except Exception as e:  # noqa: BLE001 - any import failure is a failure of the product
         pytest.fail(f"guard_core.flashinfer_model cannot be imported ({type(e).__name__}: {e}); "
                     "the conformance suite needs run_planner(version, planner, params)")
-
-
-def _short(v):
-    if isinstance(v, list) and len(v) > 8:
-        return f"[{', '.join(map(str, v[:4]))}, ... {v[-1]}] (len {len(v)})"
-    return v
-
-
-def _describe(req: dict) -> str:
-    return json.dumps({"planner": req["planner"],
-                       "params": {k: _short(v) for k, v in req["params"].items()}})
-
-
-def _alloc_key(a: dict) -> tuple:
-    return (a.get("name"), a.get("buffer"), a.get("bytes"), a.get("align"), a.get("offset"))
-
-
-def _compare(ref: dict, got: dict) -> list[str]:
-    if not isinstance(got, dict):
-        return [f"model returned {type(got).__name__}, not dict"]
-    problems = []
-    if bool(ref.get("ok")) != bool(got.get("ok")):
-        return [f"ok: FlashInfer {ref.get('ok')} ({ref.get('error', '')[:200]}) vs model "
-                f"{got.get('ok')} ({str(got.get('error', ''))[:200]})"]
-    if not ref.get("ok"):
-        return []
-    for key in ("float_bytes", "int_bytes"):
-        if ref.get(key) != got.get(key):
-            problems.append(f"{key}: FlashInfer {ref.get(key)} vs model {got.get(key)}")
-    ra = [_alloc_key(a) for a in ref.get("allocations", [])]
-    ga = [_alloc_key(a) for a in (got.get("allocations") or [])]
-    if ra != ga:
-        for i in range(max(len(ra), len(ga))):
-            r = ra[i] if i < len(ra) else None
-            g = ga[i] if i < len(ga) else None
-            if r != g:
-                problems.append(f"allocation #{i}: FlashInfer {r} vs model {g}")
-                break
-        if len(ra) != len(ga):
-            problems.append(f"{len(ra)} allocations in FlashInfer vs {len(ga)} in the model")
-    if problems:
-        extra = {k: (ref.get(k), got.get(k)) for k in ("padded_batch_size", "cta_tile_q",
-                                                      "split_kv")}
-        problems.append(f"(FlashInfer, model) padded_batch_size/cta_tile_q/split_kv: {extra}")
-    return problems
 
 
 def test_grid_is_large_and_deterministic():
@@ -148,7 +102,7 @@ def test_planner_conformance(version, harness_binaries):
             got = run_planner(version, req["planner"], copy.deepcopy(req["params"]))
         except Exception as e:  # noqa: BLE001 - report like an error reply
             got = {"ok": False, "error": f"model raised {type(e).__name__}: {e}"}
-        problems = _compare(ref, got)
+        problems = oracle.compare_reply(ref, got)
         if problems:
             diffs.append((req, problems))
         else:
@@ -157,6 +111,6 @@ def test_planner_conformance(version, harness_binaries):
         lines = [f"FlashInfer {version}: {len(reqs)} requests, {equal} equal, "
                  f"{len(diffs)} differ. First differences:"]
         for req, problems in diffs[:6]:
-            lines.append(f"- {req['id']}: {_describe(req)}")
+            lines.append(f"- {req['id']}: {oracle.describe_request(req)}")
             lines.extend(f"    {p}" for p in problems)
         pytest.fail("\n".join(lines), pytrace=False)
