@@ -36,8 +36,14 @@ _grids: dict[str, list[dict]] = {}
 
 @pytest.fixture(scope="session")
 def harness_binaries():
-    # One nvcc process per release, in parallel (cached by version + harness hash).
-    return oracle.build_many(RELEASES)
+    # One nvcc process per release, in parallel (cached by version + harness hash); then the
+    # grid through every release's harness, also in parallel (one process per release).
+    bins = oracle.build_many(RELEASES)
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(RELEASES)) as ex:
+        list(ex.map(_oracle_replies, RELEASES))
+    return bins
 
 
 def _oracle_replies(version: str) -> tuple[list[dict], list[dict]]:
