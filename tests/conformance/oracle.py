@@ -297,7 +297,12 @@ def build_many(versions, real_cuda: bool = False, jobs: int | None = None) -> di
 _PATH_RE = re.compile(r"at \S*?/include/(flashinfer/[^\s:]+):(\d+)")
 
 
+_HARNESS_RE = re.compile(r"Error in function '\w+' at \S*?harness\.cu:\d+: (Unsupported group_size)")
+
+
 def _clean_error(msg: str) -> str:
+    msg = _HARNESS_RE.sub(r"DISPATCH_GQA_GROUP_SIZE (FlashInfer's macro, as in csrc/"
+                          r"batch_decode.cu's plan): \1", msg)
     return _PATH_RE.sub(r"at \1:\2", msg)
 
 
