@@ -1,0 +1,313 @@
+"""FlashInfer float-workspace sizing inside SGLang's FlashInferAttnBackend.
+
+The wrapper around ``FlashInferAttnBackend.__init__``:
+
+1. describes the backend's attention in framework-free terms from the model
+   runner (heads per attention-TP rank, head dims, page size, KV dtype, whether
+   decode runs on tensor cores - SGLang's own ``should_use_tensor_core`` -, the
+   decode CUDA-graph batch sizes, speculative draft tokens, chunked prefill), plus
+   the GPU (guard_core.gpus.detect_gpu) and the installed FlashInfer version;
+2. asks guard_core for the need (sizing.compute_requirement);
+3. runs SGLang's own ``__init__`` unchanged, except that while it runs the
+   ``SGLANG_FLASHINFER_WORKSPACE_SIZE`` field answers ``get()`` with the decided
+   size: SGLang's own ``.set(512 MiB)`` / ``.set(2 GiB)`` and a user's export still
+   feed the decision as "what SGLang would allocate", we never shrink it. A
+   cached per-process buffer smaller than the need is dropped first, so SGLang
+   allocates a new one.
+
+TRTLLMHAAttnBackend (a subclass with its own buffers, reading the env var before
+``super().__init__``) and the MLA backends (other classes) are left alone.
+Any exception in our part: one warning, SGLang's own behaviour.
+"""
+
+from __future__ import annotations
+
+import os
+
+NATIVE_VAR = "SGLANG_FLASHINFER_WORKSPACE_SIZE"
+_SKIP_CLASSES = ("TRTLLMHAAttnBackend",)
+_user_size: list = []  # [int|None] once known: the user's export at process start
+_reported: list = []  # a workspace line was logged in this process
+
+
+def remember_user_size(environ) -> None:
+    """Record the user's SGLANG_FLASHINFER_WORKSPACE_SIZE before SGLang's own .set()s."""
+    if _user_size:
+        return
+    raw = environ.get(NATIVE_VAR)
+    try:
+        _user_size.append(int(raw) if raw is not None else None)
+    except ValueError:
+        _user_size.append(None)
+
+
+def on_backend_module(module) -> None:
+    from guard_core.patching import guarded
+
+    from .plugin import log
+
+    guarded(log(), "workspace.patch", "workspace guard", _patch, module)
+
+
+def _patch(module) -> None:
+    from guard_core.patching import wrap_attr
+
+    from .plugin import log
+
+    cls = getattr(module, "FlashInferAttnBackend", None)
+    if cls is None or not hasattr(module, "envs") or not hasattr(module.envs, NATIVE_VAR):
+        log().info_once("workspace.na", "workspace: not applicable on this SGLang version "
+                        "(no FlashInferAttnBackend / SGLANG_FLASHINFER_WORKSPACE_SIZE); nothing patched")
+        return
+    wrap_attr(cls, "__init__", lambda orig: _make_init(module, orig))
+
+
+def unpatch(module) -> bool:
+    from guard_core.patching import unwrap_attr
+
+    return unwrap_attr(module.FlashInferAttnBackend, "__init__")
+
+
+def _applies(backend) -> bool:
+    return not any(k.__name__ in _SKIP_CLASSES for k in type(backend).__mro__)
+
+
+def _make_init(module, orig):
+    def __init__(self, model_runner, *args, **kwargs):
+        from guard_core.patching import guarded
+
+        from .plugin import log
+
+        if not _applies(self):
+            return orig(self, model_runner, *args, **kwargs)
+        sizing = guarded(log(), "workspace.size", "workspace sizing", _Sizing.build, module, model_runner)
+        if sizing is None:
+            return orig(self, model_runner, *args, **kwargs)
+        entered = guarded(log(), "workspace.apply", "workspace sizing", sizing.enter, default=False)
+        try:
+            return orig(self, model_runner, *args, **kwargs)
+        finally:
+            if entered:
+                guarded(log(), "workspace.restore", "workspace sizing", sizing.exit)
+                guarded(log(), "workspace.report", "workspace sizing", sizing.report, self)
+
+    return __init__
+
+
+# ---------------------------------------------------------------- reading SGLang
+
+def _attn_tp_size():
+    """(attention TP size, decode-context-parallel size) of this rank."""
+    try:  # SGLang >= 0.5.19: the runtime context
+        from sglang.srt.runtime_context import get_parallel
+
+        par = get_parallel()
+        return int(par.attn_tp_size), int(getattr(par, "attn_dcp_size", 1) or 1)
+    except Exception:
+        pass
+    from sglang.srt.layers.dp_attention import get_attention_tp_size
+
+    return int(get_attention_tp_size()), 1
+
+
+def _bag(name):
+    """A resolved config bag of SGLang >= 0.5.19 (get_exec(), get_spec(), ...) or None."""
+    try:
+        import sglang.srt.runtime_context as rc
+
+        return getattr(rc, "get_" + name)()
+    except Exception:
+        return None
+
+
+def _first(*candidates):
+    for c in candidates:
+        if c is not None:
+            return c
+    return None
+
+
+def _server_field(runner, name, bag=None):
+    if bag is not None:
+        b = _bag(bag)
+        if b is not None:
+            try:
+                return getattr(b, name)
+            except Exception:
+                pass
+    return getattr(getattr(runner, "server_args", None), name, None)
+
+
+def _capture_sizes(runner) -> tuple:
+    """Decode CUDA-graph batch sizes SGLang captures (empty when CUDA graphs are off)."""
+    if _server_field(runner, "disable_cuda_graph", "exec"):
+        return ()
+    sizes = None
+    ex = _bag("exec")
+    if ex is not None:
+        try:
+            sizes = list(ex.graph.cuda_graph_config.decode.bs)
+        except Exception:
+            sizes = None
+    if sizes is None:
+        sa = runner.server_args
+        sizes = list(getattr(sa, "cuda_graph_bs", None) or [])
+        if not sizes and getattr(sa, "cuda_graph_max_bs", None):
+            sizes = [int(sa.cuda_graph_max_bs)]
+    pool = getattr(getattr(runner, "req_to_token_pool", None), "size", None)
+    if pool:
+        sizes = [b for b in sizes if b <= pool]
+    return tuple(sorted({int(b) for b in sizes}))
+
+
+class _Sizing:
+    """The need for one backend, and the temporary override of the env field."""
+
+    def __init__(self, module, runner, requirement, layout, gpu, fi_version, decode_tc):
+        self.module = module
+        self.runner = runner
+        self.requirement = requirement
+        self.layout = layout
+        self.gpu = gpu
+        self.fi_version = fi_version
+        self.decode_tc = decode_tc
+        self.field = getattr(module.envs, NATIVE_VAR)
+        self.decision = None
+        self.from_cache = False
+        self._had_get = None
+
+    @classmethod
+    def build(cls, module, runner):
+        from guard_core.gpus import detect_gpu
+        from guard_core.settings import get_settings
+        from guard_core.sizing import AttentionLayout, Planners, ServingLimits, compute_requirement
+        from guard_core.versions import flashinfer_version
+
+        from .plugin import log
+
+        settings = get_settings()
+        fi = flashinfer_version()
+        if fi is None:
+            log().info_once("workspace.nofi", "workspace: FlashInfer is not installed; nothing to size")
+            return None
+        mc = runner.model_config
+        tp, dcp = _attn_tp_size()
+        q_heads = mc.num_attention_heads // tp
+        try:
+            kv_heads = mc.get_num_kv_heads(tp, dcp) if dcp > 1 else mc.get_num_kv_heads(tp)
+        except TypeError:
+            kv_heads = mc.get_num_kv_heads(tp)
+        head_dim = int(mc.head_dim)
+        v_head_dim = int(getattr(mc, "v_head_dim", None) or head_dim)
+        page = int(_first(getattr(runner, "page_size", None), _server_field(runner, "page_size"), 1) or 1)
+        kv_dtype = runner.kv_cache_dtype
+        layout = AttentionLayout(int(q_heads), int(kv_heads), head_dim, v_head_dim, page,
+                                 int(getattr(kv_dtype, "itemsize", 2)))
+        tc = bool(module.should_use_tensor_core(kv_cache_dtype=kv_dtype, num_attention_heads=q_heads,
+                                                num_kv_heads=kv_heads))
+        if _server_field(runner, "enable_deterministic_inference", "exec"):
+            tc = True
+        captures = _capture_sizes(runner)
+        pool = getattr(getattr(runner, "req_to_token_pool", None), "size", None)
+        max_seqs = int(_first(_server_field(runner, "max_running_requests", "schedule"), pool, 256))
+        chunk = _server_field(runner, "chunked_prefill_size", "schedule")
+        if not chunk or chunk <= 0:
+            chunk = _first(_server_field(runner, "max_prefill_tokens", "schedule"), 16384)
+        draft = int(_server_field(runner, "speculative_num_draft_tokens", "spec") or 0)
+        limits = ServingLimits(capture_sizes=captures, max_num_seqs=max_seqs,
+                               max_num_batched_tokens=int(chunk), draft_tokens=draft, eager=True,
+                               max_model_len=getattr(mc, "context_len", None))
+        gpu = detect_gpu(getattr(runner, "device", None))
+        if gpu is None:
+            log().info_once("workspace.nogpu", "workspace: no CUDA GPU visible to this process; nothing to size")
+            return None
+        if settings.workspace == "off":
+            requirement = None
+        else:
+            requirement = compute_requirement(layout, limits, gpu, fi,
+                                              Planners(prefill="fa2", decode="fa2" if tc else "decode"),
+                                              caller="sglang")
+        return cls(module, runner, requirement, layout, gpu, fi, tc)
+
+    # -- the cached per-process buffer
+    def _cached(self):
+        m = self.module
+        if hasattr(m, "global_workspace_buffer"):  # SGLang <= 0.5.15
+            return m.global_workspace_buffer, "module"
+        if hasattr(m, "get_buffer"):  # SGLang >= 0.5.19
+            try:
+                from sglang.srt.runtime_context import get_context
+
+                return get_context().resources.buffers.get("flashinfer_workspace"), "context"
+            except Exception:
+                return None, None
+        return None, None
+
+    def _drop_cached(self, where):
+        if where == "module":
+            self.module.global_workspace_buffer = None
+        elif where == "context":
+            from sglang.srt.runtime_context import get_context
+
+            get_context().resources.buffers.pop("flashinfer_workspace", None)
+
+    def _decide(self, server_bytes):
+        from guard_core.decisions import decide_workspace
+        from guard_core.settings import get_settings
+
+        user = _user_size[0] if _user_size else None
+        user = user if (user is not None and user == server_bytes) else None
+        return decide_workspace(self.requirement, framework="sglang", server_bytes=int(server_bytes),
+                                user_bytes=user, user_var=NATIVE_VAR, settings=get_settings(),
+                                flashinfer_version=self.fi_version, layout=self.layout, gpu=self.gpu)
+
+    def enter(self) -> bool:
+        cached, where = self._cached()
+        if cached is not None:
+            have = int(cached.numel() * cached.element_size())
+            dec = self._decide(have)
+            if dec.allocate_bytes > have:
+                self._drop_cached(where)  # SGLang allocates again, through our get()
+            else:
+                self.decision = dec  # the cached buffer is big enough and kept
+                self.from_cache = True
+        field = self.field
+        self._had_get = field.__dict__.get("get")
+        server_get = type(field).get
+        sizing = self
+
+        def get(*a, **k):
+            server = server_get(field, *a, **k)  # SGLang's own value: default, its .set(), the user's
+            try:
+                sizing.decision = sizing._decide(server)
+                return max(int(sizing.decision.allocate_bytes), int(server))
+            except Exception:
+                return server
+
+        field.get = get
+        return True
+
+    def exit(self) -> None:
+        field = self.field
+        if self._had_get is not None:
+            field.get = self._had_get
+        else:
+            field.__dict__.pop("get", None)
+
+    def report(self, backend) -> None:
+        from .plugin import log
+
+        dec = self.decision
+        if dec is None:
+            return
+        buf = getattr(backend, "workspace_buffer", None)
+        have = int(buf.numel() * buf.element_size()) if buf is not None else None
+        if have is not None and dec.action in ("raise", "size") and have < dec.allocate_bytes:
+            log().warning_once("workspace.short", f"workspace: SGLang allocated {have} bytes, below the decided "
+                               f"{dec.allocate_bytes}; the guard could not apply its size here")
+            return
+        if self.from_cache and _reported:  # another backend of this process reusing the buffer we sized
+            log().debug(f"workspace: reusing this process's buffer; {dec.text}", key="workspace.reuse")
+            return
+        _reported.append(True)
+        log().decision(dec, key=f"workspace:{dec.action}:{dec.numbers.get('need_bytes')}:{dec.allocate_bytes}")

@@ -1,0 +1,72 @@
+"""Loading paths, processes without SGLang, and fault injection."""
+
+import os
+import subprocess
+import sys
+
+from conftest import SGLANG, _key
+
+MIB = 1 << 20
+PLUGIN_SYSTEM = _key(SGLANG) >= (0, 5, 11)
+
+
+def test_guard_active_in_spawned_child(scenario):
+    r = scenario("spawn_child").result
+    child = r["child"]
+    assert child["registered"] and child["init_wrapped"]
+    assert child["loaded_by"] == ("entry_point" if PLUGIN_SYSTEM else "pth")
+    assert not r["parent_has_sglang"]
+
+
+def test_master_switch_off(scenario):
+    r = scenario("spawn_child", env={"FLASHINFER_GUARD": "0"}).result["child"]
+    assert not r["registered"] and not r["init_wrapped"]
+
+
+def test_sglang_plugins_allowlist_is_honoured(scenario):
+    out = scenario("qwen3vl", env={"SGLANG_PLUGINS": "someone_else"})
+    assert not out.result["registered"] and out.result["workspace_bytes"] == 384 * MIB
+    assert out.guard_lines == []
+    ok = scenario("qwen3vl", env={"SGLANG_PLUGINS": "someone_else,flashinfer_guard"})
+    assert ok.result["registered"]
+
+
+def test_python_without_sglang_is_untouched(scenario):
+    r = scenario("no_sglang").result
+    assert r["sglang_imported"] is False
+    assert r["heavy"] == []
+    assert r["guard_modules"] in ([], ["sglang_guard", "sglang_guard._pth"])
+    assert r["watchers"] == ["_SglangWatcher"]  # the .pth bootstrap: one idle watcher, nothing else
+    # and nothing is printed by a plain interpreter of this environment
+    p = subprocess.run([sys.executable, "-c", "import json, os"], capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout == "" and p.stderr == ""
+
+
+def test_loading_twice_wraps_once_and_logs_once(scenario):
+    run = scenario("twice")
+    r = run.result
+    assert r["register_again"] is True
+    assert r["init_wrapped"] and not r["init_wrapped_twice"]
+    assert len(run.lines("workspace")) == 1  # two backends, one decision line
+
+
+def test_hook_raising_leaves_sglang_behaviour(scenario):
+    run = scenario("hook_raises")
+    r = run.result
+    assert r["workspace_bytes"] == 384 * MIB  # SGLang's own allocation
+    warn = [l for l in run.guard_lines if "internal error" in l]
+    assert len(warn) == 1 and "injected fault" in warn[0]
+
+
+def test_bad_settings_warn_and_defaults_apply(scenario):
+    run = scenario("qwen35", env={"FLASHINFER_GUARD_WORKSPACE": "banana", "FLASHINFER_GUARD_MOE": "maybe"})
+    assert any("FLASHINFER_GUARD_WORKSPACE='banana'" in l for l in run.guard_lines)
+    assert any("FLASHINFER_GUARD_MOE='maybe'" in l for l in run.guard_lines)
+    assert run.result["workspace_bytes"] >= run.result["need"]
+
+
+def test_missing_targets_are_not_applicable(scenario):
+    run = scenario("missing_targets")
+    assert run.result["patched_broken"] is False
+    assert any("not applicable" in l for l in run.guard_lines)
+    assert not any("internal error" in l for l in run.guard_lines)

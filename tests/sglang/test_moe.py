@@ -1,0 +1,66 @@
+"""The TRT-LLM fused-MoE guard against the installed SGLang's own resolution."""
+
+from conftest import FLASHINFER, SGLANG, _key
+
+GUARDS = _key(FLASHINFER) < (0, 6, 16)  # FLASHINFER_GUARD_MOE=auto blocks on aarch64 below this
+SA_HOOK = _key(SGLANG) <= (0, 5, 15)
+
+
+def test_nvfp4_auto_in_scheduler_aarch64(scenario):
+    run = scenario("moe_runtime", machine="aarch64", quantization="modelopt_fp4", backend="auto")
+    if GUARDS:
+        assert run.result["runner_backend"] == "flashinfer_cutlass"
+        (line,) = run.lines("moe")
+        assert "aarch64 with FlashInfer" in line and "replaced by flashinfer_cutlass" in line
+    else:
+        assert run.result["runner_backend"] == "auto"
+        (line,) = run.lines("moe")
+        assert ">= 0.6.16" in line and "kept" in line
+
+
+def test_nvfp4_auto_in_scheduler_x86_unchanged(scenario):
+    run = scenario("moe_runtime", machine="x86_64", quantization="modelopt_fp4", backend="auto")
+    assert run.result["runner_backend"] == "auto"
+    assert all("replaced" not in l for l in run.lines("moe"))
+
+
+def test_explicit_trtllm_in_scheduler(scenario):
+    run = scenario("moe_runtime", machine="aarch64", quantization="fp8", backend="flashinfer_trtllm")
+    assert run.result["runner_backend"] == ("triton" if GUARDS else "flashinfer_trtllm")
+
+
+def test_moe_off_switch(scenario):
+    run = scenario("moe_runtime", env={"FLASHINFER_GUARD_MOE": "off"}, machine="aarch64",
+                   quantization="modelopt_fp4", backend="auto")
+    assert run.result["runner_backend"] == "auto"
+
+
+def test_deepseek_fp8_on_sm100_aarch64_server_args(scenario):
+    if not SA_HOOK:
+        # resolved by arg_groups on this line; the scheduler-side guard covers it
+        run = scenario("moe_runtime", machine="aarch64", quantization="fp8", backend="flashinfer_trtllm")
+        assert run.result["runner_backend"] == ("triton" if GUARDS else "flashinfer_trtllm")
+        return
+    run = scenario("moe_server_args", machine="aarch64")
+    assert run.result["quantization"] == "fp8"
+    assert run.result["moe_runner_backend"] == ("triton" if GUARDS else "flashinfer_trtllm")
+    (line,) = [l for l in run.lines("moe") if "moe_runner_backend" in l]
+    assert "chosen by SGLang for this model" in line
+
+
+def test_deepseek_fp8_on_sm100_x86_unchanged(scenario):
+    if not SA_HOOK:
+        run = scenario("moe_runtime", machine="x86_64", quantization="fp8", backend="flashinfer_trtllm")
+        assert run.result["runner_backend"] == "flashinfer_trtllm"
+        return
+    run = scenario("moe_server_args", machine="x86_64")
+    assert run.result["moe_runner_backend"] == "flashinfer_trtllm"
+
+
+def test_explicit_request_replaced_and_said(scenario):
+    if not SA_HOOK:
+        return test_explicit_trtllm_in_scheduler(scenario)
+    run = scenario("moe_server_args", machine="aarch64", explicit=True)
+    assert run.result["moe_runner_backend"] == ("triton" if GUARDS else "flashinfer_trtllm")
+    if GUARDS:
+        assert any("requested explicitly" in l for l in run.lines("moe"))
