@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import random
 
-# (name, num_sms, cc_major, cc_minor): GPUs the grid plans for. SM counts 48..188.
+# (name, num_sms, cc_major, cc_minor): GPUs the grid plans for. SM counts 40..188 (T4, cc 7.5,
+# reaches FA2DetermineCtaTileQ's pre-Ampere branch).
 GPUS = (
+    ("T4", 40, 7, 5),
     ("A100", 108, 8, 0),
     ("A10", 72, 8, 6),
     ("L40S", 142, 8, 9),
@@ -286,17 +288,22 @@ def make_grid(version: str = "", seed: int = 20261129, scale: float = 1.0) -> li
         if r < 0.12:
             extra["window_left"] = rng.choice((127, 1023, 4095))
         elif r < 0.2:
-            extra["fixed_split_size"] = rng.choice((8, 64, 512))
+            # fixed_split_size is in pages; keep the chunk count realistic (<= 64 per request).
+            ps_fixed = rng.choice(PAGE_SIZES)
+            kvt = [min(t, 64 * 4096) for t in kvt]
+            longest_pages = max((t + ps_fixed - 1) // ps_fixed for t in kvt)
+            extra["fixed_split_size"] = max(rng.choice((8, 64, 512)), -(-longest_pages // 64))
+            extra["page_size"] = ps_fixed
         elif r < 0.26:
             extra["disable_split_kv"] = True
         elif r < 0.34:
             extra["num_colocated_ctas"] = rng.choice((16, 64, 132, 300))
         if rng.random() < 0.15:
             extra["kv_dtype_bytes"] = 1
+        page_size = extra.pop("page_size", None) or rng.choice(PAGE_SIZES)
         out.append(prefill_request(
             f"eager_prefill_{i}", q_lens, kvt, num_qo_heads=q, num_kv_heads=kv, head_dim_qk=dqk,
-            head_dim_vo=dvo, page_size=rng.choice(PAGE_SIZES), enable_cuda_graph=False, gpu=gpu(),
-            **extra))
+            head_dim_vo=dvo, page_size=page_size, enable_cuda_graph=False, gpu=gpu(), **extra))
 
     # A single short query (or a few) against a long KV cache.
     for i in range(n(90)):

@@ -355,7 +355,7 @@ struct Params {
 // Buffers: device buffers are address ranges (the float one is never touched by the planners;
 // the int one only receives the cudaMemcpyAsync), the page-locked int buffer is real memory.
 static const uint64_t kFloatBase = 1ull << 44;              // fake, 4096-aligned
-static const uint64_t kUnlimitedFloat = 1ull << 46;
+static const uint64_t kUnlimitedFloat = 1ull << 62;
 static const uint64_t kIntMapBytes = 8ull << 30;            // reserved, touched lazily
 static char* g_int_dev = nullptr;
 static uint64_t g_int_cap = kIntMapBytes;
@@ -654,6 +654,16 @@ static Result run_once(const std::string& planner, const Params& P, Sizes sz) {
     R.error = e.what();
   }
   R.allocs = g_trace;
+  // Give back host pages a large plan touched (the buffers are lazily committed mappings).
+  uint64_t touched = 0;
+  for (auto& a : R.allocs)
+    if (a.buffer == "int") touched = std::max<uint64_t>(touched, a.offset + a.bytes);
+  if (!R.ok || touched > (64ull << 20)) {
+    madvise(g_int_host, kIntMapBytes, MADV_DONTNEED);
+#ifndef FIG_REAL_CUDA
+    madvise(g_int_dev, kIntMapBytes, MADV_DONTNEED);
+#endif
+  }
   return R;
 }
 

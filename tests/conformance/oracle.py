@@ -282,6 +282,13 @@ def build(version: str, real_cuda: bool = False, extra_flags: list[str] | None =
             raise OracleError(f"building the FlashInfer {version} harness failed:\n"
                               f"{' '.join(cmd)}\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
         tmp.rename(out)
+        # Drop binaries of older harness sources for this release and kind.
+        kind = "harness-real-" if real_cuda else "harness-"
+        for old in out.parent.glob(kind + "*"):
+            stem = old.name[len(kind):].split(".")[0]
+            if old != out and len(stem) == 16 and all(c in "0123456789abcdef" for c in stem):
+                with contextlib.suppress(OSError):
+                    old.unlink()
     return out
 
 
