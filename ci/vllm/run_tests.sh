@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# vllm_guard's tests inside the real vLLM lines, one environment per line.
+#
+#   ci/vllm/run_tests.sh              # every line below
+#   FLASHINFER_GUARD_VLLM_LINES="0.23.0" ci/vllm/run_tests.sh
+#
+# For each line: ci/vllm/install.sh creates (or reuses) the environment and
+# installs this repository into it; pytest runs tests/vllm with that
+# environment's python, FLASHINFER_GUARD_VLLM_LINE naming the line. JUnit
+# reports go to $FLASHINFER_GUARD_REPORTS/vllm-<line>.xml.
+#
+#   FLASHINFER_GUARD_VLLM_DELETE_ENVS=1   delete each environment after its run
+#                                         (about 9 GB each); also done when
+#                                         less than 12 GB stay free.
+set -uo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+lines="${FLASHINFER_GUARD_VLLM_LINES:-0.23.0 0.33.0}"
+reports="${FLASHINFER_GUARD_REPORTS:-$repo/.reports}"
+envs="${FLASHINFER_GUARD_ENVS:-$HOME/.cache/flashinfer-guard/envs}"
+mkdir -p "$reports"
+status=0
+
+for line in $lines; do
+  echo "--- vLLM $line"
+  t0=$(date +%s)
+  if ! py="$(bash "$repo/ci/vllm/install.sh" "$line" | tail -n 1)" || [ ! -x "$py" ]; then
+    echo "install of vLLM $line failed"
+    status=1
+    continue
+  fi
+  t1=$(date +%s)
+  (cd "$repo" && FLASHINFER_GUARD_VLLM_LINE="$line" HF_HUB_OFFLINE=1 \
+    "$py" -m pytest -q -p no:cacheprovider -rf tests/vllm \
+      --junitxml="$reports/vllm-$line.xml" -o junit_suite_name="vllm-$line") || status=1
+  echo "--- vLLM $line: install $(( t1 - t0 )) s, tests $(( $(date +%s) - t1 )) s"
+  free_gb=$(( $(df -Pk "$envs" | awk 'NR==2 {print $4}') / 1048576 ))
+  if [ "${FLASHINFER_GUARD_VLLM_DELETE_ENVS:-0}" = 1 ] || [ "$free_gb" -lt 12 ]; then
+    echo "deleting $envs/vllm-$line (free: ${free_gb} GB)"
+    rm -rf "$envs/vllm-$line"
+  fi
+done
+exit $status

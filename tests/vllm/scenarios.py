@@ -1,0 +1,469 @@
+"""Scenarios run one per subprocess against the real installed vLLM.
+
+    python tests/vllm/scenarios.py NAME [--flag ...]
+
+Each prints one ``RESULT: {json}`` line on stdout; vLLM's and our log lines go
+to stdout/stderr as vLLM formats them. vLLM caches capability checks and its
+plugins-loaded flag per process, hence one process per scenario.
+
+What is faked, and why (nothing else is):
+- vLLM's platform: this machine has no GPU. For the MoE scenarios the platform
+  object's class is switched, after the MoE modules are imported, to a CUDA
+  platform reporting compute capability 10.0 (SM100): vLLM's CUDA platform
+  module itself cannot be imported without libcuda. For the workspace
+  scenarios the CPU-less "unspecified" platform is told it supports static
+  CUDA graphs (so the config keeps FULL decode graphs as on a GPU) and that
+  pinned memory is unavailable (pinning needs a CUDA driver).
+- the CPU architecture: ``platform.machine`` (no Grace host here).
+- the GPU's SM count and compute capability: through flashinfer-guard's own
+  seam ``guard_core.gpus.detect_gpu`` (torch has no device properties on CPU).
+The workspace buffer itself is a real torch tensor on the CPU device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+
+MIB = 1 << 20
+
+# Qwen3.5-397B-A17B full-attention shape, as a dense config vLLM can parse.
+QWEN35_SHAPE = {
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+    "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 256,
+    "num_hidden_layers": 2, "intermediate_size": 8192, "vocab_size": 151936,
+    "max_position_embeddings": 32768, "torch_dtype": "bfloat16", "rms_norm_eps": 1e-6,
+    "rope_theta": 10000000,
+}
+# A Qwen3-MoE config for the engine-config scenarios.
+MOE_CONFIG = {
+    "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+    "hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+    "num_hidden_layers": 2, "intermediate_size": 6144, "moe_intermediate_size": 768,
+    "num_experts": 128, "num_experts_per_tok": 8, "vocab_size": 151936, "norm_topk_prob": True,
+    "max_position_embeddings": 32768, "torch_dtype": "bfloat16", "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000, "decoder_sparse_step": 1, "mlp_only_layers": [],
+}
+
+TEST_GPU = ("NVIDIA L40S", 142, (8, 9))  # not SM10x: no TRT-LLM decode
+
+
+def model_dir(config: dict) -> str:
+    d = tempfile.mkdtemp(prefix="fg-model-")
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(config, f)
+    return d
+
+
+def result(**kw) -> None:
+    print("RESULT: " + json.dumps(kw, default=str), flush=True)
+
+
+def load_plugins() -> None:
+    from vllm.plugins import load_general_plugins
+
+    load_general_plugins()
+
+
+def fake_machine(machine: str | None) -> None:
+    if machine:
+        platform.machine = lambda: machine
+
+
+def fake_gpu(spec=TEST_GPU) -> None:
+    from guard_core import gpus
+
+    name, sms, cc = spec
+    gpus.detect_gpu = lambda device=None: gpus.Gpu(name, sms, cc)
+
+
+# --- MoE --------------------------------------------------------------------
+
+def make_sm100_platform():
+    """Switch vLLM's platform object to a CUDA platform reporting SM100."""
+    import vllm.platforms as vp
+    from vllm.platforms.interface import DeviceCapability, Platform, PlatformEnum
+
+    class FakeSM100Cuda(Platform):
+        _enum = PlatformEnum.CUDA
+        device_name = "cuda"
+        device_type = "cuda"
+        dispatch_key = "CUDA"
+        ray_device_key = "GPU"
+
+        @classmethod
+        def get_device_capability(cls, device_id: int = 0):
+            return DeviceCapability(10, 0)
+
+        @classmethod
+        def get_device_name(cls, device_id: int = 0) -> str:
+            return "NVIDIA B200"
+
+        @classmethod
+        def is_pin_memory_available(cls) -> bool:
+            return False
+
+    vp.current_platform.__class__ = FakeSM100Cuda
+    assert vp.current_platform.is_cuda() and vp.current_platform.is_device_capability_family(100)
+
+
+def moe_config(backend: str = "auto"):
+    import torch
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+    from vllm.model_executor.layers.fused_moe.config import (
+        FusedMoEConfig, FusedMoEParallelConfig, RoutingMethodType)
+
+    return FusedMoEConfig(
+        num_experts=128, experts_per_token=8, hidden_dim=2048, intermediate_size_per_partition=768,
+        num_local_experts=128, num_logical_experts=128, activation=MoEActivation.SILU, device="cuda",
+        routing_method=RoutingMethodType.Renormalize,
+        moe_parallel_config=FusedMoEParallelConfig.make_no_parallel(), in_dtype=torch.bfloat16,
+        moe_backend=backend)
+
+
+def select_all(backend: str = "auto") -> dict:
+    """vLLM's own MoE backend selection (the oracles model build runs)."""
+    from vllm.model_executor.layers.fused_moe.oracle.fp8 import select_fp8_moe_backend
+    from vllm.model_executor.layers.fused_moe.oracle.nvfp4 import select_nvfp4_moe_backend
+    from vllm.model_executor.layers.fused_moe.oracle.unquantized import select_unquantized_moe_backend
+    from vllm.model_executor.layers.quantization.utils.quant_utils import (
+        kFp8StaticTensorSym, kNvfp4Dynamic, kNvfp4Static)
+
+    calls = {
+        "bf16": lambda: select_unquantized_moe_backend(moe_config(backend)),
+        "fp8": lambda: select_fp8_moe_backend(moe_config(backend), kFp8StaticTensorSym, kFp8StaticTensorSym),
+        "nvfp4": lambda: select_nvfp4_moe_backend(moe_config(backend), kNvfp4Static, kNvfp4Dynamic),
+    }
+    out = {}
+    for name, call in calls.items():
+        try:
+            out[name] = call()[0].name
+        except Exception as exc:  # vLLM's own error, reported to the test
+            out[name] = f"raises {type(exc).__name__}"
+    return out
+
+
+def import_moe_modules() -> None:
+    import vllm.model_executor.layers.fused_moe.oracle.fp8  # noqa: F401
+    import vllm.model_executor.layers.fused_moe.oracle.nvfp4  # noqa: F401
+    import vllm.model_executor.layers.fused_moe.oracle.unquantized  # noqa: F401
+    import vllm.model_executor.layers.quantization.utils.quant_utils  # noqa: F401
+
+
+def mxfp4_supported() -> dict:
+    import vllm.model_executor.layers.fused_moe.experts.trtllm_mxfp4_moe as m
+
+    return {
+        name: bool(obj._supports_current_device())
+        for name, obj in sorted(vars(m).items())
+        if isinstance(obj, type) and obj.__module__ == m.__name__ and hasattr(obj, "_supports_current_device")
+    }
+
+
+def engine_config(moe_backend: str | None = None, **extra):
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.platforms import current_platform
+
+    if not current_platform.device_type:
+        # vLLM's "unspecified" platform (no GPU here) names no device; the
+        # config is built for the CPU device
+        type(current_platform).device_type = "cpu"
+
+    kw = dict(model=model_dir(MOE_CONFIG), skip_tokenizer_init=True, max_model_len=4096)
+    if moe_backend is not None:
+        kw["moe_backend"] = moe_backend
+    kw.update(extra)
+    return EngineArgs(**kw).create_engine_config()
+
+
+def sc_moe(args) -> None:
+    fake_machine(args.machine)
+    if os.environ.get("FG_TEST_BREAK_MOE"):
+        # fault injection: the core's MoE policy raises inside our hook
+        import guard_core.decisions
+
+        def boom(*a, **k):
+            raise RuntimeError("injected fault")
+
+        guard_core.decisions.decide_moe = boom
+    if not args.no_plugins:
+        load_plugins()
+    config_backend = None
+    if args.explicit:
+        config_backend = engine_config(moe_backend="flashinfer_trtllm").kernel_config.moe_backend
+    import_moe_modules()
+    make_sm100_platform()
+    from vllm.utils import flashinfer as fi
+
+    out = dict(
+        machine=platform.machine(),
+        wrapped=bool(getattr(fi.has_flashinfer_trtllm_fused_moe, "__flashinfer_guard__", False)),
+        has_trtllm=fi.has_flashinfer_trtllm_fused_moe(),
+        cache_clear=callable(getattr(fi.has_flashinfer_trtllm_fused_moe, "cache_clear", None)),
+        auto=select_all("auto"),
+        mxfp4=mxfp4_supported(),
+    )
+    if args.explicit:
+        out["config_backend"] = config_backend
+        out["explicit"] = select_all(config_backend)
+        out["explicit_unrewritten"] = select_all("flashinfer_trtllm")
+    # every vLLM module now holds the same function object
+    holders = {
+        name: getattr(mod, "has_flashinfer_trtllm_fused_moe") is fi.has_flashinfer_trtllm_fused_moe
+        for name, mod in sys.modules.items()
+        if name.startswith("vllm") and mod is not None and "has_flashinfer_trtllm_fused_moe" in vars(mod)
+    }
+    out["holders"] = holders
+    result(**out)
+
+
+def sc_moe_env_route(args) -> None:
+    """VLLM_USE_FLASHINFER_MOE_FP16=1 + VLLM_FLASHINFER_MOE_BACKEND=latency."""
+    fake_machine(args.machine)
+    if not args.no_plugins:
+        load_plugins()
+    import_moe_modules()
+    make_sm100_platform()
+    from vllm.model_executor.layers.fused_moe.oracle.unquantized import select_unquantized_moe_backend
+
+    try:
+        bf16 = select_unquantized_moe_backend(moe_config("auto"))[0].name
+    except Exception as exc:
+        bf16 = f"raises {type(exc).__name__}"
+    import vllm.envs
+
+    route_known = "VLLM_USE_FLASHINFER_MOE_FP16" in getattr(vllm.envs, "environment_variables", {})
+    result(bf16=bf16, route_known=route_known)
+
+
+# --- workspace ----------------------------------------------------------------
+
+def allow_static_graphs() -> None:
+    """The CPU platform, told it can capture CUDA graphs (not SM10x)."""
+    from vllm.platforms import current_platform
+
+    cls = type(current_platform)
+    cls.support_static_graph_mode = classmethod(lambda c: True)
+    cls.is_pin_memory_available = classmethod(lambda c: False)
+
+
+def cpu_only_impl_buffers() -> None:
+    """vLLM 0.33's FlashInferImpl allocates a TRT-LLM-gen counter buffer on
+    device "cuda" and asks FlashInfer for the CUDA SM count in __init__: give
+    it the same buffer on the CPU (no CUDA device exists here)."""
+    import torch
+    import vllm.v1.attention.backends.flashinfer as m
+
+    if hasattr(m, "_get_multi_ctas_kv_counter_buffer"):
+        real = m._get_multi_ctas_kv_counter_buffer
+        m._get_multi_ctas_kv_counter_buffer = lambda n, device: real(n, torch.device("cpu"))
+    if hasattr(m, "get_device_sm_count"):
+        m.get_device_sm_count = lambda device=None: TEST_GPU[1]
+
+
+def build_builder(max_num_seqs: int = 512, max_num_batched_tokens: int = 8192, capture: int | None = None):
+    import torch
+    from vllm.config import (CompilationConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig,
+                             set_current_vllm_config)
+    from vllm.v1.attention.backends.flashinfer import FlashInferBackend, FlashInferMetadataBuilder
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    try:
+        from vllm.model_executor.layers.attention import Attention
+    except ImportError:  # older layout
+        from vllm.attention.layer import Attention
+
+    mc = ModelConfig(model=model_dir(QWEN35_SHAPE), skip_tokenizer_init=True, max_model_len=32768)
+    vc = VllmConfig(
+        model_config=mc,
+        scheduler_config=SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                                         max_model_len=32768, is_encoder_decoder=False),
+        device_config=DeviceConfig(device="cpu"),
+        compilation_config=CompilationConfig(
+            cudagraph_mode="FULL_AND_PIECEWISE",
+            **({"max_cudagraph_capture_size": capture} if capture else {})),
+    )
+    spec = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=256, dtype=torch.bfloat16)
+    cpu_only_impl_buffers()
+    with set_current_vllm_config(vc):
+        layers = [
+            Attention(num_heads=32, head_size=256, scale=256 ** -0.5, num_kv_heads=2,
+                      attn_backend=FlashInferBackend, prefix=f"model.layers.{i}.self_attn.attn")
+            for i in range(2)
+        ]
+        builder = FlashInferMetadataBuilder(spec, [l.layer_name for l in layers], vc, torch.device("cpu"))
+    return builder, vc
+
+
+def core_need(builder, vc, gpu=TEST_GPU) -> dict:
+    """guard_core's answer for the same deployment, stated independently."""
+    from guard_core.gpus import Gpu
+    from guard_core.sizing import AttentionLayout, Planners, ServingLimits, compute_requirement, round_up_mib
+    from guard_core.versions import flashinfer_version
+
+    cap = builder._decode_cudagraph_max_bs
+    sizes = tuple(s for s in vc.compilation_config.cudagraph_capture_sizes if s <= cap)
+    req = compute_requirement(
+        AttentionLayout(32, 2, 256, page_size=16),
+        ServingLimits(capture_sizes=sizes, max_num_seqs=vc.scheduler_config.max_num_seqs,
+                      max_num_batched_tokens=vc.scheduler_config.max_num_batched_tokens,
+                      max_model_len=32768, verify_in_graph=False),
+        Gpu(*gpu), flashinfer_version(), Planners(prefill="fa2", decode="fa2"), caller="vllm")
+    graph512 = [s for s in req.scenarios if s.name == "cuda_graph_decode" and s.batch == 512]
+    return dict(need=req.float_bytes, need_rounded=round_up_mib(req.float_bytes),
+                graph512=graph512[0].float_bytes if graph512 else None, capture_sizes=list(sizes),
+                dominant=req.dominant.name if req.dominant else None,
+                dominant_batch=req.dominant.batch if req.dominant else None)
+
+
+def sc_workspace(args) -> None:
+    import importlib.metadata as md
+
+    if args.fake_gpu:
+        fake_gpu()
+    if args.rename_target:
+        # fault injection: a vLLM whose builder allocates through another name
+        import vllm.v1.attention.backends.flashinfer as m
+
+        cls = m.FlashInferMetadataBuilder
+        cls._get_workspace_buffer_v2 = cls._get_workspace_buffer
+        del cls._get_workspace_buffer
+    if not args.no_plugins:
+        load_plugins()
+        if args.twice:
+            load_plugins()
+            import vllm_guard.plugin
+
+            vllm_guard.plugin.register()
+            vllm_guard.plugin.register()
+    if args.break_hook:
+        # fault injection: our own code raises inside the hook
+        import vllm_guard.workspace
+
+        def boom(*a, **k):
+            raise RuntimeError("injected fault")
+
+        vllm_guard.workspace.describe = boom
+    allow_static_graphs()
+    if args.capture:
+        builder, vc = build_builder(max_num_seqs=args.capture, capture=args.capture)
+    else:
+        builder, vc = build_builder()
+    get = builder._get_workspace_buffer_v2 if args.rename_target else builder._get_workspace_buffer
+    buf = get()
+    again = get()
+    import vllm.v1.attention.backends.flashinfer as m
+
+    meth = m.FlashInferMetadataBuilder.__dict__.get("_get_workspace_buffer")
+    result(
+        vllm=md.version("vllm"), flashinfer=md.version("flashinfer-python"),
+        allocated=int(buf.numel() * buf.element_size()), device=str(buf.device), same_buffer=again is buf,
+        decode_cudagraph_max_bs=getattr(builder, "_decode_cudagraph_max_bs", None),
+        use_trtllm_decode=builder.use_trtllm_decode_attention,
+        capture_max=vc.compilation_config.max_cudagraph_capture_size,
+        wrapped=bool(getattr(meth, "__flashinfer_guard__", False)),
+        wrapped_twice=bool(getattr(getattr(meth, "__wrapped__", None), "__flashinfer_guard__", False)),
+        core=core_need(builder, vc),
+        heads=[builder.num_qo_heads, builder.num_kv_heads, builder.head_dim],
+    )
+
+
+def sc_shared(args) -> None:
+    """V2 model runner style: a builder handed another builder's buffer."""
+    import torch
+
+    fake_gpu()
+    load_plugins()
+    allow_static_graphs()
+    builder, vc = build_builder()
+    small = torch.zeros(394 * MIB, dtype=torch.uint8)
+    builder.set_workspace_buffer(small)
+    buf = builder._get_workspace_buffer()
+    result(allocated=int(buf.numel()), kept_shared=buf is small, core=core_need(builder, vc))
+
+
+# --- loading, env validation ----------------------------------------------------
+
+def sc_discover(args) -> None:
+    import importlib.metadata as md
+
+    import vllm.plugins
+
+    eps = [(e.name, e.value) for e in md.entry_points(group="vllm.general_plugins")]
+    before = before_load = set(sys.modules)
+    vllm.plugins.load_general_plugins()
+    loaded_by_register = sorted(set(sys.modules) - before_load)
+    import vllm_guard.plugin
+    from guard_core import patching
+
+    result(
+        entry_points=eps,
+        registered=vllm_guard.plugin._registered,
+        hooks=sorted(patching._hooks),
+        heavy_imported_by_register=[m for m in loaded_by_register
+                                    if m.split(".")[0] in ("torch", "flashinfer")
+                                    or m.startswith(("vllm.utils.flashinfer", "vllm.v1.attention",
+                                                     "vllm.model_executor"))],
+        preloaded=[m for m in ("vllm.utils.flashinfer", "vllm.v1.attention.backends.flashinfer",
+                               "vllm.engine.arg_utils") if m in before],
+    )
+
+
+def sc_environ(args) -> None:
+    """vLLM's env validation with --fail-on-environ-validation."""
+    load_plugins()
+    try:
+        cfg = engine_config(fail_on_environ_validation=True)
+        out = dict(ok=True, moe_backend=cfg.kernel_config.moe_backend)
+    except ValueError as exc:
+        out = dict(ok=False, error=str(exc))
+    result(**out)
+
+
+SCENARIOS = {
+    "moe": sc_moe, "moe_env_route": sc_moe_env_route, "workspace": sc_workspace,
+    "shared": sc_shared, "discover": sc_discover, "environ": sc_environ,
+}
+
+
+def configure_vllm_logging() -> None:
+    """Configure vLLM's logging as its engine core and workers do at start-up
+    (vLLM 0.31+ no longer configures it at import)."""
+    import vllm.logger as vl
+
+    if not logging_configured():
+        vl._configure_vllm_root_logger()
+
+
+def logging_configured() -> bool:
+    import logging
+
+    return bool(logging.getLogger("vllm").handlers)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("name", choices=sorted(SCENARIOS))
+    p.add_argument("--machine")
+    p.add_argument("--explicit", action="store_true")
+    p.add_argument("--no-plugins", action="store_true")
+    p.add_argument("--fake-gpu", action="store_true")
+    p.add_argument("--twice", action="store_true")
+    p.add_argument("--break-hook", action="store_true")
+    p.add_argument("--rename-target", action="store_true")
+    p.add_argument("--capture", type=int)
+    args = p.parse_args(argv)
+    if args.name in ("moe", "environ"):
+        # EngineArgs needs a device type (the MoE scenarios switch the
+        # platform to SM100 CUDA after the config is built)
+        os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    configure_vllm_logging()
+    SCENARIOS[args.name](args)
+
+
+if __name__ == "__main__":
+    main()

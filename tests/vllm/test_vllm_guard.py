@@ -1,0 +1,323 @@
+"""vllm_guard against the real installed vLLM (one line per environment).
+
+ci/vllm/run_tests.sh installs each vLLM line into its own environment and
+runs this file with that environment's python; FLASHINFER_GUARD_VLLM_LINE
+names the line under test. Every scenario runs in its own process
+(scenarios.py says what is faked on this GPU-less machine, and why).
+"""
+
+from __future__ import annotations
+
+import os
+
+from conftest import MIB, uses
+
+from guard_core.versions import version_lt
+
+VLLM_DEFAULT = 394 * MIB
+# the FlashInfer each vLLM line pins (shared/reference/installing-frameworks.md)
+PINS = {"0.19.1": "0.6.6", "0.23.0": "0.6.12", "0.32.0": "0.7.0.post1", "0.33.0": "0.7.2.post1"}
+# Qwen3.5-397B full attention (32 q / 2 KV heads, head_dim 256), CUDA-graph batch 512
+SEED_PRE_FIX = 538_441_728  # FlashInfer <= 0.7.0.post1: batch_prefill_tmp_v + tmp_s
+SEED_POST_FIX = 33_652_608  # FlashInfer >= 0.7.1 (PR #5177)
+
+
+def vllm_would_allocate(vllm_version: str) -> int:
+    """vLLM's own float workspace for the test deployment (8192 batched tokens)."""
+    if version_lt(vllm_version, "0.26"):
+        return VLLM_DEFAULT
+    return max(VLLM_DEFAULT, 8192 * 32 * 256 * 16)
+
+
+def moe_blocked_on_arm(fi: str) -> bool:
+    return version_lt(fi, "0.6.16")
+
+
+def workspace_short(fi: str) -> bool:
+    return version_lt(fi, "0.7.1")
+
+
+# --- the line under test -------------------------------------------------------
+
+def test_line_under_test(versions):
+    line = os.environ.get("FLASHINFER_GUARD_VLLM_LINE", versions["vllm"])
+    assert versions["vllm"] == line
+    if line in PINS:
+        assert versions["flashinfer"] == PINS[line]
+
+
+# --- loading ----------------------------------------------------------------------
+
+@uses("discover")
+def test_discovered_by_vllm_plugin_loader(pool):
+    r = pool.get("discover").ok()
+    assert ["flashinfer_guard", "vllm_guard.plugin:register"] in r["entry_points"]
+    assert r["registered"] is True
+    for target in ("vllm.utils.flashinfer", "vllm.v1.attention.backends.flashinfer", "vllm.engine.arg_utils"):
+        assert target in r["hooks"]
+    # register() imports nothing heavy and patches nothing yet
+    assert r["heavy_imported_by_register"] == []
+    assert r["preloaded"] == []
+
+
+@uses("ws_twice", "ws")
+def test_loading_twice_patches_once(pool):
+    twice, once = pool.get("ws_twice"), pool.get("ws")
+    r = twice.ok()
+    assert r["wrapped"] is True and r["wrapped_twice"] is False
+    assert r["allocated"] == once.ok()["allocated"]
+    assert len(twice.lines("INFO", "workspace") + twice.lines("WARNING", "workspace")) == 1
+    assert twice.lines("WARNING") == []
+
+
+# --- MoE guard --------------------------------------------------------------------
+
+@uses("moe_x86")
+def test_moe_x86_auto_changes_nothing(pool):
+    run = pool.get("moe_x86")
+    r = run.ok()
+    # vLLM alone (SM100, FlashInfer's TRT-LLM MoE present) picks TRT-LLM: the premise of the arm tests
+    assert r["wrapped"] is False and r["has_trtllm"] is True
+    assert r["auto"] == {"bf16": "FLASHINFER_TRTLLM", "fp8": "FLASHINFER_TRTLLM", "nvfp4": "FLASHINFER_TRTLLM"}
+    assert r["config_backend"] == "flashinfer_trtllm"
+    assert r["explicit"] == r["auto"]
+    assert all(r["mxfp4"].values())
+    assert run.lines("WARNING") == []
+
+
+@uses("moe_arm", "moe_x86", "versions")
+def test_moe_aarch64_auto(pool, versions):
+    run = pool.get("moe_arm")
+    r = run.ok()
+    assert r["machine"] == "aarch64"
+    if not moe_blocked_on_arm(versions["flashinfer"]):
+        # FlashInfer with the fix: stand down, one ok line, vLLM unchanged
+        assert r["wrapped"] is False
+        assert r["auto"] == pool.get("moe_x86").ok()["auto"]
+        assert r["config_backend"] == "flashinfer_trtllm"
+        ok = run.lines("INFO", "moe")
+        assert len(ok) == 1 and "moe: ok, aarch64 with FlashInfer" in ok[0] and ">= 0.6.16" in ok[0]
+        assert run.lines("WARNING") == []
+        return
+    assert r["wrapped"] is True and r["has_trtllm"] is False and r["cache_clear"] is True
+    # vLLM's real selection no longer picks TRT-LLM for BF16, FP8 and NVFP4
+    for kind, backend in r["auto"].items():
+        assert "TRTLLM" not in backend and not backend.startswith("raises"), (kind, backend)
+    assert not any(r["mxfp4"].values())
+    # every vLLM module that imported the function by name holds the wrapper
+    assert r["holders"] and all(r["holders"].values())
+    # the explicit --moe-backend flashinfer_trtllm is rewritten and passes selection ...
+    assert r["config_backend"] == "auto"
+    assert r["explicit"] == r["auto"]
+    # ... where vLLM itself would raise at model build
+    assert all(v == "raises ValueError" for v in r["explicit_unrewritten"].values())
+    warn = run.lines("WARNING", "moe")
+    assert len(warn) == 1
+    assert f"aarch64 with FlashInfer {versions['flashinfer']} < 0.6.16" in warn[0]
+    assert "--moe-backend flashinfer_trtllm replaced by auto" in warn[0]
+    info = run.lines("INFO", "moe")
+    assert any("TRT-LLM fused MoE reported unavailable" in l for l in info)
+    assert len(info) == len(set(info))
+
+
+@uses("moe_x86_on")
+def test_moe_on_blocks_everywhere(pool):
+    run = pool.get("moe_x86_on")
+    r = run.ok()
+    assert r["wrapped"] is True and r["has_trtllm"] is False
+    for backend in r["auto"].values():
+        assert "TRTLLM" not in backend and not backend.startswith("raises")
+    assert r["config_backend"] == "auto" and r["explicit"] == r["auto"]
+    assert "FLASHINFER_GUARD_MOE=on" in run.lines("WARNING", "moe")[0]
+
+
+@uses("moe_arm_off")
+def test_moe_off_leaves_vllm_alone(pool):
+    run = pool.get("moe_arm_off")
+    r = run.ok()
+    assert r["wrapped"] is False
+    assert r["auto"] == {"bf16": "FLASHINFER_TRTLLM", "fp8": "FLASHINFER_TRTLLM", "nvfp4": "FLASHINFER_TRTLLM"}
+    assert run.lines("WARNING") == []
+
+
+@uses("moe_env_route", "moe_env_route_baseline", "versions")
+def test_moe_old_env_route(pool, versions):
+    base = pool.get("moe_env_route_baseline").ok()
+    run = pool.get("moe_env_route")
+    r = run.ok()
+    if not base["route_known"]:
+        # the route is gone from this vLLM line: vLLM ignores the variables, so do we
+        assert r == base
+        return
+    assert base["bf16"] == "FLASHINFER_TRTLLM"  # vLLM alone follows the route to TRT-LLM
+    if not moe_blocked_on_arm(versions["flashinfer"]):
+        assert r == base
+        return
+    assert r["bf16"] == "FLASHINFER_CUTLASS"
+    warn = run.lines("WARNING", "moe")
+    assert len(warn) == 1 and "VLLM_FLASHINFER_MOE_BACKEND=latency (TRT-LLM) replaced by throughput" in warn[0]
+
+
+@uses("moe_broken_hook", "moe_arm_off")
+def test_moe_hook_raising_fails_open(pool):
+    run = pool.get("moe_broken_hook")
+    r = run.ok()
+    assert r["wrapped"] is False
+    assert r["auto"] == pool.get("moe_arm_off").ok()["auto"]  # as without the guard
+    warn = run.lines("WARNING")
+    assert len(warn) == 1 and "internal error" in warn[0] and "injected fault" in warn[0]
+
+
+# --- workspace guard -----------------------------------------------------------------
+
+@uses("ws", "ws_baseline", "versions")
+def test_workspace_exact_need(pool, versions):
+    run = pool.get("ws")
+    r = run.ok()
+    base = pool.get("ws_baseline").ok()
+    server = vllm_would_allocate(versions["vllm"])
+    # the deployment really is the one described: graphs up to 512, no TRT-LLM decode
+    assert r["heads"] == [32, 2, 256] and r["use_trtllm_decode"] is False
+    assert r["decode_cudagraph_max_bs"] == 512 and r["capture_max"] == 512
+    assert base["allocated"] == server  # vLLM alone
+    assert r["device"] == "cpu" and r["same_buffer"] is True
+    core = r["core"]
+    need_rounded = -(-core["need"] // MIB) * MIB
+    assert r["allocated"] == max(server, need_rounded)
+    lines = run.lines("INFO", "workspace") + run.lines("WARNING", "workspace")
+    assert len(lines) == 1
+    if workspace_short(versions["flashinfer"]):
+        assert core["graph512"] == SEED_PRE_FIX == core["need"]
+        assert core["dominant"] == "cuda_graph_decode" and core["dominant_batch"] == 512
+        if server == VLLM_DEFAULT:
+            assert r["allocated"] == 514 * MIB
+            assert "raising 394 MiB -> 514 MiB" in lines[0]
+        assert f"FlashInfer {versions['flashinfer']} prefill planner needs 513.5 MiB at CUDA-graph batch 512" in lines[0]
+        assert "32 q / 2 kv heads per rank, head_dim 256, 142 SMs" in lines[0]
+    else:
+        assert core["graph512"] == SEED_POST_FIX
+        assert r["allocated"] == server == base["allocated"]  # vLLM's own size kept
+        assert lines[0].startswith("INFO") and "workspace: ok, need 32.1 MiB <=" in lines[0]
+    assert run.lines("WARNING") == []
+
+
+@uses("ws1024", "versions")
+def test_workspace_capture_1024(pool, versions):
+    """--max-num-seqs 1024 --max-cudagraph-capture-size 1024 (the SM100 default cap from vLLM 0.31):
+    the old planner needs 1027.5 MiB, above even vLLM 0.26+'s 1 GiB heuristic at 8192 tokens."""
+    run = pool.get("ws1024")
+    r = run.ok()
+    assert r["decode_cudagraph_max_bs"] == 1024 and max(r["core"]["capture_sizes"]) == 1024
+    server = vllm_would_allocate(versions["vllm"])
+    need_rounded = -(-r["core"]["need"] // MIB) * MIB
+    assert r["allocated"] == max(server, need_rounded)
+    lines = run.lines("INFO", "workspace")
+    assert len(lines) == 1 and run.lines("WARNING") == []
+    if workspace_short(versions["flashinfer"]):
+        assert r["core"]["need"] == 1_077_409_792  # 1027.5 MiB at CUDA-graph batch 1024
+        assert r["allocated"] == 1028 * MIB > server
+        assert f"raising {server // MIB} MiB -> 1028 MiB" in lines[0]
+    else:
+        assert r["allocated"] == server and "workspace: ok, need" in lines[0]
+
+
+@uses("ws_user_small", "ws", "versions")
+def test_workspace_user_size_too_small_is_raised(pool, versions):
+    run = pool.get("ws_user_small")
+    r = run.ok()
+    want = pool.get("ws").ok()["allocated"]
+    if workspace_short(versions["flashinfer"]):
+        assert r["allocated"] == want
+        warn = run.lines("WARNING")
+        assert len(warn) == 1
+        assert "VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE=400 MiB is too small" in warn[0]
+        assert "400 MiB -> 514 MiB" in warn[0]
+    else:
+        assert r["allocated"] == max(400 * MIB, vllm_would_allocate(versions["vllm"]))
+        assert run.lines("WARNING") == []
+
+
+@uses("ws_user_big")
+def test_workspace_user_size_big_enough_is_kept(pool):
+    run = pool.get("ws_user_big")
+    r = run.ok()
+    assert r["allocated"] == 1536 * MIB
+    assert run.lines("WARNING") == []
+    ok = run.lines("INFO", "workspace")
+    assert len(ok) == 1 and "ok, need" in ok[0] and "VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE=1536 MiB" in ok[0]
+
+
+@uses("ws_size")
+def test_workspace_explicit_size(pool):
+    run = pool.get("ws_size")
+    assert run.ok()["allocated"] == 1600 * MIB
+    assert len(run.lines("INFO", "workspace")) == 1 and run.lines("WARNING") == []
+
+
+@uses("ws_off", "ws_disabled", "versions")
+def test_workspace_off_and_master_switch(pool, versions):
+    server = vllm_would_allocate(versions["vllm"])
+    off = pool.get("ws_off")
+    assert off.ok()["allocated"] == server and off.ok()["wrapped"] is False
+    assert len(off.lines("INFO", "workspace")) == 1 and off.lines("WARNING") == []
+    disabled = pool.get("ws_disabled")
+    assert disabled.ok()["allocated"] == server and disabled.ok()["wrapped"] is False
+    assert disabled.guard_lines == []
+
+
+@uses("ws_shared", "versions")
+def test_workspace_shared_buffer_too_small(pool, versions):
+    r = pool.get("ws_shared").ok()
+    if workspace_short(versions["flashinfer"]):
+        assert r["kept_shared"] is False
+        assert r["allocated"] == max(vllm_would_allocate(versions["vllm"]), -(-r["core"]["need"] // MIB) * MIB)
+    else:
+        assert r["kept_shared"] is True and r["allocated"] == 394 * MIB
+
+
+# --- faults: vLLM behaves as without us, one warning where something was wrong -------
+
+@uses("ws_bad_value", "ws")
+def test_bad_setting_value(pool):
+    run = pool.get("ws_bad_value")
+    assert run.ok()["allocated"] == pool.get("ws").ok()["allocated"]  # the default (auto) applies
+    warn = run.lines("WARNING")
+    assert len(warn) == 1 and "FLASHINFER_GUARD_WORKSPACE" in warn[0] and "'plenty'" in warn[0]
+
+
+@uses("ws_no_gpu", "versions")
+def test_no_torch_device_properties(pool, versions):
+    run = pool.get("ws_no_gpu")
+    assert run.ok()["allocated"] == vllm_would_allocate(versions["vllm"])
+    warn = run.lines("WARNING")
+    assert len(warn) == 1 and "no GPU properties" in warn[0]
+
+
+@uses("ws_broken_hook", "versions")
+def test_workspace_hook_raising_fails_open(pool, versions):
+    run = pool.get("ws_broken_hook")
+    assert run.ok()["allocated"] == vllm_would_allocate(versions["vllm"])
+    warn = run.lines("WARNING")
+    assert len(warn) == 1 and "internal error" in warn[0] and "injected fault" in warn[0]
+
+
+@uses("ws_renamed", "versions")
+def test_workspace_target_renamed(pool, versions):
+    run = pool.get("ws_renamed")
+    r = run.ok()
+    assert r["allocated"] == vllm_would_allocate(versions["vllm"])
+    assert run.lines("WARNING") == []
+    info = run.lines("INFO", "workspace")
+    assert len(info) == 1 and "not applicable on this version" in info[0]
+
+
+@uses("environ", "environ_control")
+def test_env_validation_accepts_our_variables(pool):
+    run = pool.get("environ")
+    r = run.ok()
+    assert r["ok"] is True, r
+    assert "Unknown vLLM environment variable" not in run.output
+    assert run.lines("WARNING") == []
+    # the check is live: a VLLM_-prefixed name would have been refused
+    control = pool.get("environ_control").ok()
+    assert control["ok"] is False and "VLLM_FLASHINFER_GUARD_WORKSPACE" in control["error"]

@@ -1,0 +1,11 @@
+"""flashinfer-guard's vLLM adapter.
+
+Loaded by vLLM's plugin system (entry point group ``vllm.general_plugins``,
+name ``flashinfer_guard``) in the API server, every engine core and every
+worker. ``register()`` only installs post-import hooks; the guards patch
+vLLM when the modules they need are imported by vLLM itself.
+
+Importing this package is cheap: no torch, flashinfer or vLLM internals.
+"""
+
+LOGGER_NAME = "vllm.flashinfer_guard"

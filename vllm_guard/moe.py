@@ -1,0 +1,282 @@
+"""MoE guard: keep vLLM off FlashInfer's TRT-LLM fused MoE where it crashes.
+
+On aarch64 with FlashInfer below FLASHINFER_GUARD_MOE_FIXED_IN (``auto``), or
+everywhere (``on``):
+
+- ``vllm.utils.flashinfer.has_flashinfer_trtllm_fused_moe`` answers False. It
+  is ``functools.cache``d and imported by name into the TRT-LLM expert modules,
+  so the wrapper keeps ``cache_clear``/``__wrapped__``, is rebound in every
+  vLLM module that holds the original (now and on later imports), and caches
+  that captured the old answer are cleared;
+- the MXFP4 TRT-LLM experts, which that function does not gate, report the
+  device unsupported (``_supports_current_device``);
+- an explicit request still boots: ``kernel_config.moe_backend`` and
+  ``speculative_config.moe_backend`` = ``flashinfer_trtllm`` on the config that
+  ``EngineArgs.create_engine_config()`` returns become ``auto``; the older env
+  route ``VLLM_FLASHINFER_MOE_BACKEND=latency`` (read in the workers through
+  ``get_flashinfer_moe_backend()``) becomes ``throughput`` (FlashInfer CUTLASS).
+
+Targets are found by feature; a missing one gives one info line.
+"""
+
+from __future__ import annotations
+
+from guard_core.patching import guarded, rebind_everywhere, unwrap_attr, when_imported, wrap_attr
+
+from ._log import get_log
+
+UTILS = "vllm.utils.flashinfer"
+TARGET = "has_flashinfer_trtllm_fused_moe"
+# Modules that import TARGET by name (vLLM 0.19 .. 0.33). Others are found by
+# the sys.modules scan done whenever one of these is imported.
+IMPORTERS = (
+    "vllm.model_executor.layers.fused_moe.experts.trtllm_bf16_moe",
+    "vllm.model_executor.layers.fused_moe.experts.trtllm_fp8_moe",
+    "vllm.model_executor.layers.fused_moe.experts.trtllm_nvfp4_moe",
+    "vllm.model_executor.layers.fused_moe.experts.trtllm_lora_moe",
+    "vllm.model_executor.layers.fused_moe.experts.trtllm_mxint4_moe",
+    "vllm.model_executor.layers.fused_moe.flashinfer_trtllm_moe",
+    "vllm.model_executor.layers.fused_moe.trtllm_moe",
+    "vllm.model_executor.layers.quantization.utils.flashinfer_mxint4_moe",
+    "vllm.model_executor.layers.quantization.utils.flashinfer_fp4_moe",
+    "vllm.model_executor.layers.quantization.utils.flashinfer_utils",
+    "vllm.model_executor.layers.fused_moe.oracle.unquantized",
+    "vllm.model_executor.layers.fused_moe.oracle.fp8",
+    "vllm.model_executor.layers.fused_moe.oracle.nvfp4",
+    "vllm.model_executor.layers.fused_moe.oracle.mxfp4",
+)
+# functools.cache'd functions that call TARGET and so remember its answer.
+DEPENDENT_CACHES = ("is_flashinfer_mxint4_moe_available",)
+MXFP4 = "vllm.model_executor.layers.fused_moe.experts.trtllm_mxfp4_moe"
+FI_UTILS = "vllm.model_executor.layers.quantization.utils.flashinfer_utils"
+ARG_UTILS = "vllm.engine.arg_utils"
+
+_decision = None
+_patched: list[tuple[object, str]] = []
+_rebinds: dict[str, object] = {}  # "original" -> wrapper, for later imports
+
+
+def decision():
+    """This process's MoE decision (settings, CPU architecture, FlashInfer)."""
+    global _decision
+    if _decision is None:
+        import platform
+
+        from guard_core.decisions import decide_moe
+        from guard_core.settings import get_settings
+        from guard_core.versions import flashinfer_version
+
+        _decision = decide_moe(get_settings(), machine=platform.machine(), flashinfer_version=flashinfer_version())
+    return _decision
+
+
+def install(settings) -> None:
+    when_imported(UTILS, _on_utils, key="vllm_guard.moe.utils")
+    for name in IMPORTERS:
+        when_imported(name, _on_importer, key="vllm_guard.moe.importer")
+    when_imported(MXFP4, _on_mxfp4, key="vllm_guard.moe.mxfp4")
+    when_imported(FI_UTILS, _on_fi_utils, key="vllm_guard.moe.fi_utils")
+    when_imported(ARG_UTILS, _on_arg_utils, key="vllm_guard.moe.arg_utils")
+
+
+def uninstall() -> None:
+    global _decision
+    new = _rebinds.get("new")
+    old = _rebinds.get("old")
+    for owner, name in reversed(_patched):
+        unwrap_attr(owner, name)
+    if new is not None and old is not None:
+        rebind_everywhere(new, old, prefix="vllm")
+        _clear_dependent_caches()
+    _patched.clear()
+    _rebinds.clear()
+    _decision = None
+
+
+def _not_applicable(what: str) -> None:
+    get_log().info_once("moe-na:" + what, f"moe: {what} not found: not applicable on this version")
+
+
+# --- has_flashinfer_trtllm_fused_moe ---------------------------------------
+
+def _on_utils(module) -> None:
+    guarded(get_log(), "moe", "moe guard", _patch_utils, module)
+
+
+def _patch_utils(module) -> None:
+    d = decision()
+    if not d.block:
+        if callable(getattr(module, TARGET, None)):
+            get_log().info_once("moe-ok", f"moe: ok, {d.reason}")
+        return
+    if not callable(getattr(module, TARGET, None)):
+        _not_applicable(f"{UTILS}.{TARGET}")
+        return
+    original = getattr(module, TARGET)
+
+    def make(orig):
+        def has_flashinfer_trtllm_fused_moe() -> bool:
+            if decision().block:
+                if guarded(get_log(), "moe", "moe guard", orig, default=False):
+                    get_log().info_once(
+                        "moe-block",
+                        decision().line("FlashInfer TRT-LLM fused MoE reported unavailable; "
+                                        "vLLM selects its next MoE backend"),
+                    )
+                return False
+            return orig()
+
+        return has_flashinfer_trtllm_fused_moe
+
+    if wrap_attr(module, TARGET, make):
+        _patched.append((module, TARGET))
+        wrapper = getattr(module, TARGET)
+        _rebinds["old"], _rebinds["new"] = original, wrapper
+        rebind_everywhere(original, wrapper, prefix="vllm")
+        _clear_dependent_caches()
+
+
+def _clear_dependent_caches() -> None:
+    import sys
+
+    for mod_name, mod in list(sys.modules.items()):
+        if mod is None or not mod_name.startswith("vllm"):
+            continue
+        for fn_name in DEPENDENT_CACHES:
+            fn = getattr(mod, fn_name, None)
+            clear = getattr(fn, "cache_clear", None)
+            if callable(clear):
+                try:
+                    clear()
+                except Exception:
+                    pass
+
+
+def _on_importer(module) -> None:
+    def rebind(mod):
+        old, new = _rebinds.get("old"), _rebinds.get("new")
+        if old is None:
+            return
+        # this module, and any other that picked the original up meanwhile
+        rebind_everywhere(old, new, prefix="vllm")
+        for fn_name in DEPENDENT_CACHES:
+            clear = getattr(getattr(mod, fn_name, None), "cache_clear", None)
+            if callable(clear):
+                clear()
+
+    guarded(get_log(), "moe", "moe guard", rebind, module)
+
+
+# --- MXFP4 TRT-LLM experts (not gated by TARGET) ----------------------------
+
+def _on_mxfp4(module) -> None:
+    guarded(get_log(), "moe", "moe guard (MXFP4)", _patch_mxfp4, module)
+
+
+def _patch_mxfp4(module) -> None:
+    if not decision().block:
+        return
+    classes = [
+        obj for obj in vars(module).values()
+        if isinstance(obj, type) and obj.__module__ == module.__name__
+        and "_supports_current_device" in vars(obj)
+    ]
+    if not classes:
+        _not_applicable(f"{MXFP4} experts' _supports_current_device")
+        return
+
+    def make(orig):
+        def _supports_current_device(*args, **kwargs) -> bool:
+            if decision().block:
+                if guarded(get_log(), "moe", "moe guard (MXFP4)", orig, *args, default=False, **kwargs):
+                    get_log().info_once(
+                        "moe-block-mxfp4",
+                        decision().line("FlashInfer TRT-LLM MXFP4 MoE experts reported unsupported; "
+                                        "vLLM selects its next MXFP4 backend"),
+                    )
+                return False
+            return orig(*args, **kwargs)
+
+        return _supports_current_device
+
+    for cls in classes:
+        if wrap_attr(cls, "_supports_current_device", make):
+            _patched.append((cls, "_supports_current_device"))
+
+
+# --- VLLM_FLASHINFER_MOE_BACKEND=latency (older env route, read in workers) --
+
+def _on_fi_utils(module) -> None:
+    guarded(get_log(), "moe", "moe guard (env route)", _patch_fi_utils, module)
+
+
+def _patch_fi_utils(module) -> None:
+    if not decision().block:
+        return
+    enum = getattr(module, "FlashinferMoeBackend", None)
+    fn = getattr(module, "get_flashinfer_moe_backend", None)
+    if enum is None or not callable(fn) or not hasattr(enum, "TENSORRT_LLM") or not hasattr(enum, "CUTLASS"):
+        _not_applicable(f"{FI_UTILS}.get_flashinfer_moe_backend")
+        return
+
+    def make(orig):
+        def get_flashinfer_moe_backend(*args, **kwargs):
+            backend = orig(*args, **kwargs)
+            if backend == enum.TENSORRT_LLM and decision().block:
+                get_log().warning_once(
+                    "moe-env-route",
+                    decision().line("VLLM_FLASHINFER_MOE_BACKEND=latency (TRT-LLM) replaced by "
+                                    "throughput (FlashInfer CUTLASS)"),
+                )
+                return enum.CUTLASS
+            return backend
+
+        return get_flashinfer_moe_backend
+
+    if wrap_attr(module, "get_flashinfer_moe_backend", make):
+        _patched.append((module, "get_flashinfer_moe_backend"))
+        new = getattr(module, "get_flashinfer_moe_backend")
+        rebind_everywhere(new.__wrapped__, new, prefix="vllm")
+
+
+# --- explicit --moe-backend flashinfer_trtllm --------------------------------
+
+def _on_arg_utils(module) -> None:
+    guarded(get_log(), "moe", "moe guard (config)", _patch_arg_utils, module)
+
+
+def _patch_arg_utils(module) -> None:
+    if not decision().block:
+        return
+    cls = getattr(module, "EngineArgs", None)
+    if cls is None or not callable(getattr(cls, "create_engine_config", None)):
+        _not_applicable(f"{ARG_UTILS}.EngineArgs.create_engine_config")
+        return
+
+    def make(orig):
+        def create_engine_config(self, *args, **kwargs):
+            config = orig(self, *args, **kwargs)
+            guarded(get_log(), "moe", "moe guard (config rewrite)", rewrite_moe_backend, config)
+            return config
+
+        return create_engine_config
+
+    if wrap_attr(cls, "create_engine_config", make):
+        _patched.append((cls, "create_engine_config"))
+
+
+def rewrite_moe_backend(config) -> list[str]:
+    """Replace an explicit ``flashinfer_trtllm`` MoE backend by ``auto``."""
+    changed = []
+    if not decision().block:
+        return changed
+    for owner_name, flag in (("kernel_config", "--moe-backend"), ("speculative_config", "speculative_config.moe_backend")):
+        owner = getattr(config, owner_name, None)
+        if owner is not None and getattr(owner, "moe_backend", None) == "flashinfer_trtllm":
+            owner.moe_backend = "auto"
+            changed.append(owner_name)
+            get_log().warning_once(
+                "moe-rewrite:" + owner_name,
+                decision().line(f"TRT-LLM fused MoE disabled; {flag} flashinfer_trtllm replaced by auto"),
+            )
+    return changed
