@@ -323,6 +323,17 @@ def prefill_plan(
 
 # ------------------------------------------------------- CUDA-core DecodePlan
 
+def decode_group_sizes(version: str) -> frozenset:
+    """GQA groups the CUDA-core decode kernels are dispatched for (DISPATCH_GQA_GROUP_SIZE)."""
+    v = parse_version(version)
+    sizes = {1, 2, 3, 4, 8}
+    if v >= parse_version("0.6.18"):
+        sizes.add(6)
+    if v >= parse_version("0.7.1"):
+        sizes.add(16)
+    return frozenset(sizes)
+
+
 def decode_plan(
     version: str,
     kv_pages: Iterable[tuple[int, int]],
@@ -346,6 +357,10 @@ def decode_plan(
     batch_size = sum(c for _, c in kv)
     if num_kv_heads <= 0 or num_qo_heads % num_kv_heads != 0:
         raise PlannerError(f"num_qo_heads {num_qo_heads} should be divisible by num_kv_heads {num_kv_heads}")
+    group = num_qo_heads // num_kv_heads
+    if group not in decode_group_sizes(version):
+        # DISPATCH_GQA_GROUP_SIZE in utils.cuh: the CUDA-core decode kernel is compiled for these only
+        raise PlannerError(f"Unsupported group_size: {group}")
     gdy = num_kv_heads
     max_grid = (blocks_per_sm * num_sms) & U32
     if batch_size * gdy >= max_grid:

@@ -184,6 +184,7 @@ def decode_blocks_per_sm_bound(layout: AttentionLayout, gpu: Gpu) -> int:
 class _Ctx:
     def __init__(self, layout, gpu, version, planners, caller):
         self.l, self.gpu, self.v, self.p, self.caller = layout, gpu, version, planners, caller
+        self.rejected: list[str] = []
 
     def fa2(self, groups, total_rows, graph, uniform=0, fixed=False):
         l = self.l
@@ -244,17 +245,7 @@ def _long_kv_batch(chunks: int, max_requests: int, min_chunk_pages: int, max_pag
     return list(groups.items())
 
 
-def compute_requirement(
-    layout: AttentionLayout,
-    limits: ServingLimits,
-    gpu: Gpu,
-    flashinfer_version: str,
-    planners: Planners = Planners(),
-    caller: str = "vllm",
-) -> Requirement:
-    ctx = _Ctx(layout, gpu, flashinfer_version, planners, caller)
-    scenarios: list[Scenario] = []
-    notes: list[str] = []
+def _scenarios(ctx, layout, limits, gpu, flashinfer_version, planners, caller, scenarios):
     g = layout.gqa_group
     uniform = _uniform_for(caller, flashinfer_version, planners)
     min_chunk_pages = max(128 // layout.page_size, 1)
@@ -339,6 +330,24 @@ def compute_requirement(
             groups = [(1, n - 1), (t - (n - 1), 1)] if n > 1 else [(t, 1)]
             scenarios.append(Scenario("eager_prefill", n, t // n, ctx.fa3(groups, t, False), "fa3"))
 
+
+
+def compute_requirement(
+    layout: AttentionLayout,
+    limits: ServingLimits,
+    gpu: Gpu,
+    flashinfer_version: str,
+    planners: Planners = Planners(),
+    caller: str = "vllm",
+) -> Requirement:
+    ctx = _Ctx(layout, gpu, flashinfer_version, planners, caller)
+    scenarios: list[Scenario] = []
+    notes: list[str] = []
+    try:
+        _scenarios(ctx, layout, limits, gpu, flashinfer_version, planners, caller, scenarios)
+    except fm.PlannerError as exc:
+        # FlashInfer itself rejects this configuration; there is nothing to size for it
+        notes.append(f"FlashInfer {flashinfer_version} rejects this plan: {exc}")
     if planners.decode in ("trtllm", "none"):
         notes.append(f"decode plans nothing in this buffer ({planners.decode})")
     if planners.prefill in ("trtllm", "none"):

@@ -137,3 +137,12 @@ def test_planner_errors_are_reported():
                                                  num_qo_heads=3, num_kv_heads=2, head_dim_vo=128, page_size=1,
                                                  enable_cuda_graph=False, num_sms=132))
     assert r["ok"] is False and "divisible" in r["error"]
+
+
+def test_unsupported_decode_group_is_a_note_not_a_crash():
+    req = compute_requirement(AttentionLayout(40, 8, 128), ServingLimits(capture_sizes=(8,)), lookup_gpu("h100"),
+                              "0.6.12", Planners(decode="decode"))
+    assert req.float_bytes == 0 and "Unsupported group_size: 5" in req.notes[0]
+    assert fm.decode_group_sizes("0.6.17") == {1, 2, 3, 4, 8}
+    assert fm.decode_group_sizes("0.6.18") == {1, 2, 3, 4, 6, 8}
+    assert 16 in fm.decode_group_sizes("0.7.1")
