@@ -34,7 +34,7 @@ def _allowed():
     if os.environ.get("FLASHINFER_GUARD", "1").strip().lower() in _OFF:
         return False
     allow = os.environ.get("SGLANG_PLUGINS")
-    if allow is None:
+    if not allow:  # unset or empty: SGLang's loader allows every plugin too
         return True
     return "flashinfer_guard" in [n.strip() for n in allow.split(",")]
 

@@ -145,13 +145,15 @@ def _patch_moe_utils(module) -> None:
 
 
 def _make_initialize(module, orig):
-    def initialize_moe_config(server_args, *args, **kwargs):
+    # (server_args) up to ~0.5.21; no arguments later (it reads the runtime context)
+    def initialize_moe_config(*args, **kwargs):
         from guard_core.patching import guarded
 
         from .plugin import log
 
-        result = orig(server_args, *args, **kwargs)
-        guarded(log(), "moe.runtime", "MoE guard", _guard_runtime, module, server_args)
+        result = orig(*args, **kwargs)
+        guarded(log(), "moe.runtime", "MoE guard", _guard_runtime, module,
+                args[0] if args else kwargs.get("server_args"))
         return result
 
     return initialize_moe_config
@@ -204,6 +206,11 @@ class _Slot:
 def _guard_runtime(module, server_args) -> None:
     from .plugin import log
 
+    if server_args is None:
+        from sglang.srt.runtime_context import get_server_args
+
+        server_args = get_server_args()
+
     dec = decision()
     quant = _quantization(server_args)
     enum = module.MoeRunnerBackend
@@ -216,9 +223,9 @@ def _guard_runtime(module, server_args) -> None:
         if value is None:
             continue
         raw = getattr(value, "value", value)
-        if name != "moe_runner_backend" and getattr(server_args, name, None) is None and replaced:
+        if name != "moe_runner_backend" and getattr(server_args, name, None) is None:
             # SGLang copies the main backend when no speculative one was given: follow it silently
-            if raw == replaced["from"]:
+            if replaced and raw == replaced["from"]:
                 slot.set(enum(replaced["to"]))
             continue
         nvfp4_auto = raw == "auto" and quant == "modelopt_fp4"

@@ -89,10 +89,21 @@ def import_backend_module():
     """Import SGLang's flashinfer_backend with FlashInfer's names present."""
     import sglang.srt.utils.common as common
 
-    # Everything the backend module imports, imported first with the real is_cuda.
-    for name in ("sglang.srt.layers.attention.base_attn_backend", "sglang.srt.layers.dp_attention",
-                 "sglang.srt.model_executor.forward_batch_info", "sglang.srt.layers.radix_attention"):
-        __import__(name)
+    # Every sglang module the backend module imports at top level, imported first with
+    # the real is_cuda: only the backend module's own `if is_flashinfer_available()` sees True.
+    import ast
+    import importlib.util
+
+    name = "sglang.srt.layers.attention.flashinfer_backend"
+    with open(importlib.util.find_spec(name).origin) as f:
+        tree = ast.parse(f.read())
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("sglang"):
+            __import__(node.module)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("sglang"):
+                    __import__(alias.name)
     real = common.is_cuda
     common.is_cuda = lambda: True
     common.is_flashinfer_available.cache_clear()
@@ -147,13 +158,45 @@ def write_model(root, name, config) -> str:
     return d
 
 
+def runtime_context(server_args):
+    """SGLang >= 0.5.19 reads resolved settings from a process runtime context, which a
+    scheduler fills from its ServerArgs; do the same (no-op on older lines)."""
+    try:
+        from sglang.srt.runtime_context import get_context
+    except ImportError:
+        return
+    get_context().set_server_args(server_args)
+
+
+def kv_pool(model_config, kv_cache_dtype):
+    """A real (tiny) SGLang KV pool on the CPU, for lines whose backend reads it."""
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+
+    return MHATokenToKVPool(size=16, page_size=1, dtype=kv_cache_dtype,
+                            head_num=model_config.get_num_kv_heads(1), head_dim=model_config.head_dim,
+                            layer_num=1, device="cpu", enable_memory_saver=False, enable_alt_stream=False)
+
+
 def model_runner(server_args, model_config, *, pool_size=4096, kv_cache_dtype=None):
     import torch
 
-    return types.SimpleNamespace(
+    runtime_context(server_args)
+    kv_dtype = kv_cache_dtype or torch.bfloat16
+    extra = {}
+    try:
+        from sglang.srt.runtime_context import get_context  # noqa: F401
+
+        pool = kv_pool(model_config, kv_dtype)
+        extra = dict(token_to_kv_pool=pool, kv_index_translator=None,
+                     token_to_kv_pool_allocator=types.SimpleNamespace(get_kvcache=lambda: pool),
+                     prefill_attention_backend_str="flashinfer", decode_attention_backend_str="flashinfer")
+    except ImportError:
+        pass
+    extra.setdefault("token_to_kv_pool_allocator", None)  # older lines only store it
+    return types.SimpleNamespace(**extra,
         server_args=server_args,
         model_config=model_config,
-        kv_cache_dtype=kv_cache_dtype or torch.bfloat16,
+        kv_cache_dtype=kv_dtype,
         dtype=torch.bfloat16,
         sliding_window_size=None,
         device="cpu",
@@ -161,5 +204,4 @@ def model_runner(server_args, model_config, *, pool_size=4096, kv_cache_dtype=No
         page_size=server_args.page_size or 1,
         req_to_token_pool=types.SimpleNamespace(size=pool_size, req_to_token=torch.zeros((1, 1), dtype=torch.int32)),
         is_draft_worker=False,
-        token_to_kv_pool_allocator=None,  # the KV pool itself is never touched here
     )

@@ -108,8 +108,14 @@ def server_args(model_dir, **kw):
     from sglang.srt.server_args import ServerArgs
 
     kw.setdefault("attention_backend", "flashinfer")
-    kw.setdefault("cuda_graph_max_bs", 512)
-    return ServerArgs(model_path=model_dir, load_format="dummy", device="cpu", skip_tokenizer_init=True, **kw)
+    common = dict(model_path=model_dir, load_format="dummy", device="cpu", skip_tokenizer_init=True)
+    try:  # later lines renamed the decode CUDA-graph arguments
+        return ServerArgs(**common, **dict({"cuda_graph_max_bs_decode": 512,
+                                            "cuda_graph_bs_decode": list(SEED_CAPTURE)}, **kw))
+    except TypeError as e:
+        if "cuda_graph" not in str(e):
+            raise
+    return ServerArgs(**common, **dict({"cuda_graph_max_bs": 512}, **kw))
 
 
 def build_backend(model, opts):
@@ -232,16 +238,25 @@ def sc_spawn_child(opts):
     q = ctx.Queue()
     p = ctx.Process(target=_child, args=(q,))
     p.start()
-    res = q.get(timeout=600)
+    import queue
+
+    res = None
+    while res is None and (p.is_alive() or not q.empty()):
+        try:
+            res = q.get(timeout=5)
+        except queue.Empty:
+            pass
     p.join(60)
+    if res is None:
+        raise SystemExit(f"spawned child died (exit code {p.exitcode})")
     return {"child": res, "parent_has_sglang": "sglang" in sys.modules}
 
 
 def _child(q):
     # What run_scheduler_process does first on 0.5.11+: load_plugins(); on older
     # lines nothing - the .pth bootstrap ran when this interpreter started.
-    out = load_guard()
     _cpu.install_cuda_only_stand_ins()
+    out = load_guard()
     fb = _cpu.import_backend_module()
     out["init_wrapped"] = bool(getattr(fb.FlashInferAttnBackend.__init__, "__flashinfer_guard__", False))
     out["pid"] = os.getpid()
@@ -298,19 +313,27 @@ def sc_moe_runtime(opts):
 
     fake_machine(opts.get("machine", "aarch64"))
 
-    import dataclasses
+    quant, backend = opts.get("quantization", "modelopt_fp4"), opts.get("backend", "auto")
+    import inspect
 
-    base = sam.ServerArgs.__new__(sam.ServerArgs)  # every field at its default, no resolution
+    if inspect.signature(mu.initialize_moe_config).parameters:  # (server_args): <= 0.5.21
+        import dataclasses
 
-    for f in dataclasses.fields(sam.ServerArgs):
-        if f.default is not dataclasses.MISSING:
-            object.__setattr__(base, f.name, f.default)
-        elif f.default_factory is not dataclasses.MISSING:
-            object.__setattr__(base, f.name, f.default_factory())
-    base.quantization = opts.get("quantization", "modelopt_fp4")
-    base.moe_runner_backend = opts.get("backend", "auto")
-    base.model_path = "unused"
-    mu.initialize_moe_config(base)
+        base = sam.ServerArgs.__new__(sam.ServerArgs)  # every field at its default, no resolution
+        for f in dataclasses.fields(sam.ServerArgs):
+            if f.default is not dataclasses.MISSING:
+                object.__setattr__(base, f.name, f.default)
+            elif f.default_factory is not dataclasses.MISSING:
+                object.__setattr__(base, f.name, f.default_factory())
+        base.quantization = quant
+        base.moe_runner_backend = backend
+        base.model_path = "unused"
+        mu.initialize_moe_config(base)
+    else:  # reads the process runtime context, as a scheduler fills it from real ServerArgs
+        sa = server_args(_cpu.write_model(tempfile.mkdtemp(), "m", QWEN35_SHAPED_LLAMA),
+                         attention_backend="triton", moe_runner_backend=backend, quantization=quant)
+        _cpu.runtime_context(sa)
+        mu.initialize_moe_config()
     out["runner_backend"] = mu.get_moe_runner_backend().value
     spec = getattr(mu, "get_speculative_moe_runner_backend", None)
     out["speculative_runner_backend"] = spec().value if spec else None

@@ -10,6 +10,7 @@ def test_nvfp4_auto_in_scheduler_aarch64(scenario):
     run = scenario("moe_runtime", machine="aarch64", quantization="modelopt_fp4", backend="auto")
     if GUARDS:
         assert run.result["runner_backend"] == "flashinfer_cutlass"
+        assert run.result["speculative_runner_backend"] == "flashinfer_cutlass"  # follows the main one
         (line,) = run.lines("moe")
         assert "aarch64 with FlashInfer" in line and "replaced by flashinfer_cutlass" in line
     else:
@@ -44,7 +45,7 @@ def test_deepseek_fp8_on_sm100_aarch64_server_args(scenario):
     run = scenario("moe_server_args", machine="aarch64")
     assert run.result["quantization"] == "fp8"
     assert run.result["moe_runner_backend"] == ("triton" if GUARDS else "flashinfer_trtllm")
-    (line,) = [l for l in run.lines("moe") if "moe_runner_backend" in l]
+    (line,) = [l for l in run.lines("moe") if "--moe-runner-backend" in l]
     assert "chosen by SGLang for this model" in line
 
 
