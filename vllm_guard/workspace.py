@@ -234,14 +234,22 @@ def _allocate(builder, module):
 
 def _check_shared(builder, module, buffer):
     """A builder handed a shared buffer (V2 model runner): keep sharing when
-    it holds what this builder needs, else give this builder its own."""
+    it holds this builder's need (and an explicit size), else give this
+    builder its own buffer, as large as it would have allocated itself."""
     dec, server = decide(builder, module)
-    if dec is None or dec.action not in ("raise", "size"):
+    if dec is None or dec.action == "off":
         return None
     have = int(buffer.numel() * buffer.element_size())
-    if have >= dec.allocate_bytes:
+    need = int(dec.numbers.get("need_bytes", 0))
+    floor = dec.allocate_bytes if dec.action == "size" else need
+    if have >= floor:
         return None
-    get_log().decision(dec, key="workspace:" + dec.line)
+    own = max(dec.allocate_bytes, server)
+    get_log().info_once(
+        "workspace-shared:" + dec.line,
+        f"workspace: shared buffer of {have / (1 << 20):.0f} MiB is below this builder's need "
+        f"({need / (1 << 20):.1f} MiB); giving it its own {own / (1 << 20):.0f} MiB",
+    )
     import torch
 
-    return torch.zeros(dec.allocate_bytes, dtype=torch.uint8, device=builder.device)
+    return torch.zeros(own, dtype=torch.uint8, device=builder.device)

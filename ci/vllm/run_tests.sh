@@ -18,6 +18,9 @@ lines="${FLASHINFER_GUARD_VLLM_LINES:-0.23.0 0.33.0}"
 reports="${FLASHINFER_GUARD_REPORTS:-$repo/.reports}"
 envs="${FLASHINFER_GUARD_ENVS:-$HOME/.cache/flashinfer-guard/envs}"
 mkdir -p "$reports"
+# every scenario is a fresh vLLM process: let Python cache bytecode (uv does
+# not compile at install), or each one recompiles vLLM and torch
+unset PYTHONDONTWRITEBYTECODE
 status=0
 
 for line in $lines; do
@@ -30,6 +33,7 @@ for line in $lines; do
   fi
   t1=$(date +%s)
   (cd "$repo" && FLASHINFER_GUARD_VLLM_LINE="$line" HF_HUB_OFFLINE=1 \
+    FLASHINFER_GUARD_SCENARIO_LOGS="$reports/vllm-$line-scenarios" \
     "$py" -m pytest -q -p no:cacheprovider -rf tests/vllm \
       --junitxml="$reports/vllm-$line.xml" -o junit_suite_name="vllm-$line") || status=1
   echo "--- vLLM $line: install $(( t1 - t0 )) s, tests $(( $(date +%s) - t1 )) s"

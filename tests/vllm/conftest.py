@@ -75,7 +75,8 @@ class Run:
         return [l for l in self.output.splitlines() if "[flashinfer-guard]" in l]
 
     def lines(self, level: str, area: str | None = None) -> list[str]:
-        out = [l for l in self.guard_lines if l.startswith(level)]
+        # vLLM's prefix: "INFO 11-29 ..." or, from 0.31, "(MainProcess pid=1) INFO 11-29 ..."
+        out = [l for l in self.guard_lines if level in l.split("[flashinfer-guard]")[0].split()]
         if area:
             out = [l for l in out if f"[flashinfer-guard] {area}:" in l]
         return out
@@ -87,7 +88,10 @@ class Run:
 
 def _run(sid: str) -> Run:
     args, extra = SCENARIOS[sid]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_OURS)}
+    # PYTHONDONTWRITEBYTECODE would make every scenario recompile vLLM and
+    # torch from source (tens of seconds each); let the first ones cache it
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(_OURS) and k != "PYTHONDONTWRITEBYTECODE"}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1",
                PYTHONPATH=os.pathsep.join([str(REPO), str(HERE)]))
     env.update(extra)
@@ -96,6 +100,14 @@ def _run(sid: str) -> Run:
                               timeout=TIMEOUT_S, cwd=str(REPO))
     except subprocess.TimeoutExpired as exc:
         proc = subprocess.CompletedProcess(exc.cmd, -9, str(exc.stdout or ""), f"timeout after {TIMEOUT_S} s")
+    logs = os.environ.get("FLASHINFER_GUARD_SCENARIO_LOGS")
+    if logs:  # keep each scenario's full output for CI artefacts and the README
+        try:
+            Path(logs).mkdir(parents=True, exist_ok=True)
+            (Path(logs) / f"{sid}.log").write_text(
+                f"$ {' '.join(args)}  env={extra}\n{proc.stdout}\n--- stderr ---\n{proc.stderr}")
+        except OSError:
+            pass
     return Run(sid, proc)
 
 

@@ -117,8 +117,13 @@ def moe_config(backend: str = "auto"):
     from vllm.model_executor.layers.fused_moe.config import (
         FusedMoEConfig, FusedMoEParallelConfig, RoutingMethodType)
 
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(FusedMoEConfig) if f.init}
+    # later lines take the full intermediate size and derive the per-partition one
+    size_field = "intermediate_size" if "intermediate_size" in names else "intermediate_size_per_partition"
     return FusedMoEConfig(
-        num_experts=128, experts_per_token=8, hidden_dim=2048, intermediate_size_per_partition=768,
+        num_experts=128, experts_per_token=8, hidden_dim=2048, **{size_field: 768},
         num_local_experts=128, num_logical_experts=128, activation=MoEActivation.SILU, device="cuda",
         routing_method=RoutingMethodType.Renormalize,
         moe_parallel_config=FusedMoEParallelConfig.make_no_parallel(), in_dtype=torch.bfloat16,
@@ -138,12 +143,16 @@ def select_all(backend: str = "auto") -> dict:
         "fp8": lambda: select_fp8_moe_backend(moe_config(backend), kFp8StaticTensorSym, kFp8StaticTensorSym),
         "nvfp4": lambda: select_nvfp4_moe_backend(moe_config(backend), kNvfp4Static, kNvfp4Dynamic),
     }
+    from vllm.config import VllmConfig, set_current_vllm_config
+
     out = {}
     for name, call in calls.items():
         try:
-            out[name] = call()[0].name
+            with set_current_vllm_config(VllmConfig()):  # model build runs inside one
+                out[name] = call()[0].name
         except Exception as exc:  # vLLM's own error, reported to the test
             out[name] = f"raises {type(exc).__name__}"
+            print(f"{name} ({backend}): {type(exc).__name__}: {exc}", file=sys.stderr)
     return out
 
 
