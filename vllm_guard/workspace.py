@@ -102,6 +102,8 @@ def server_bytes(builder, module) -> tuple[int | None, int | None]:
     if per_elem is not None:  # vLLM 0.26+: the head-footprint heuristic
         mbt = _max_num_batched_tokens(builder)
         size = max(size, int(mbt) * int(builder.num_qo_heads) * int(builder.head_dim) * int(per_elem))
+        if user is not None and size > user:
+            user = None  # vLLM's heuristic, not the user's size, decides what it allocates
     return size, user
 
 

@@ -14,7 +14,7 @@
 #                                         less than 12 GB stay free.
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-lines="${FLASHINFER_GUARD_VLLM_LINES:-0.23.0 0.33.0}"
+lines="${FLASHINFER_GUARD_VLLM_LINES:-0.23.0 0.32.0 0.33.0}"
 reports="${FLASHINFER_GUARD_REPORTS:-$repo/.reports}"
 envs="${FLASHINFER_GUARD_ENVS:-$HOME/.cache/flashinfer-guard/envs}"
 mkdir -p "$reports"
