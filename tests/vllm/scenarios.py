@@ -53,7 +53,11 @@ TEST_GPU = ("NVIDIA L40S", 142, (8, 9))  # not SM10x: no TRT-LLM decode
 
 
 def model_dir(config: dict) -> str:
+    import atexit
+    import shutil
+
     d = tempfile.mkdtemp(prefix="fg-model-")
+    atexit.register(shutil.rmtree, d, True)
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(config, f)
     return d
