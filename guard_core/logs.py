@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 
 from . import TAG
@@ -37,7 +38,11 @@ class GuardLog:
 
     def _emit(self, level: int, msg: str) -> None:
         try:
-            self.logger.log(level, tagged(msg))
+            # point the record's file:line at the adapter that decided, not at this module
+            depth, frame = 0, sys._getframe(0)
+            while frame is not None and frame.f_code.co_filename == __file__:
+                depth, frame = depth + 1, frame.f_back
+            self.logger.log(level, tagged(msg), stacklevel=depth + 1)
         except Exception:  # a broken handler must not break the server
             pass
 

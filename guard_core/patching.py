@@ -86,8 +86,27 @@ def _run_hooks(fullname: str, module) -> None:
     for cb in callbacks:
         try:
             cb(module)
-        except Exception:  # hooks are fail-open by contract; callers log inside
-            pass
+        except Exception as exc:  # fail open: the import itself must succeed
+            _report_hook_error(fullname, cb, exc)
+
+
+_reported: set = set()
+
+
+def _report_hook_error(fullname: str, cb, exc: Exception) -> None:
+    """Adapters catch their own errors; this is the last net: one warning per hook."""
+    key = (fullname, getattr(cb, "__qualname__", repr(cb)))
+    if key in _reported:
+        return
+    _reported.add(key)
+    try:
+        import logging
+
+        logging.getLogger("flashinfer_guard").warning(
+            "[flashinfer-guard] post-import hook %s for %s failed (%s: %s); continuing without it",
+            key[1], fullname, type(exc).__name__, exc)
+    except Exception:
+        pass
 
 
 def when_imported(module_name: str, callback: Callable[[Any], None], key: str | None = None) -> None:
@@ -110,8 +129,8 @@ def when_imported(module_name: str, callback: Callable[[Any], None], key: str | 
     if module is not None:
         try:
             callback(module)
-        except Exception:
-            pass
+        except Exception as exc:
+            _report_hook_error(module_name, callback, exc)
 
 
 def clear_import_hooks() -> None:

@@ -107,3 +107,20 @@ def test_log_levels(caplog):
         loud.debug("detail")
     msgs = [r.getMessage() for r in caplog.records]
     assert msgs == ["[flashinfer-guard] shown", "[flashinfer-guard] detail"]
+
+
+def test_hook_error_is_reported_once(pkg, caplog):
+    def boom(m):
+        raise RuntimeError("ours")
+    patching.when_imported("fg_demo.target", boom, key="boom2")
+    with caplog.at_level(logging.WARNING, logger="flashinfer_guard"):
+        importlib.import_module("fg_demo.target")
+    msgs = [r.getMessage() for r in caplog.records if r.name == "flashinfer_guard"]
+    assert len(msgs) == 1 and "RuntimeError: ours" in msgs[0] and "fg_demo.target" in msgs[0]
+
+
+def test_log_points_at_caller(caplog):
+    log = GuardLog(logging.getLogger("fg.site"))
+    with caplog.at_level(logging.INFO, logger="fg.site"):
+        log.info("here")
+    assert caplog.records[0].filename == "test_patching.py"
