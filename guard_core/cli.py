@@ -177,15 +177,6 @@ def _parse_workspace(text: str) -> int:
     return n
 
 
-def first_overflow(plan: fm.Plan, buffer_bytes: int):
-    """The float allocation FlashInfer would fail on with this buffer, as in its error."""
-    for a in plan.allocations:
-        if a.buffer == "float" and a.offset + a.bytes > buffer_bytes:
-            return {"allocation": a.name, "bytes": a.bytes, "alignment": a.align,
-                    "available": max(0, buffer_bytes - a.offset)}
-    return None
-
-
 def run_plan(a) -> dict:
     facts, q, kv, dqk, dvo = _resolve_model(a)
     gpu = _resolve_gpu(a)
@@ -217,7 +208,7 @@ def run_plan(a) -> dict:
                                max_num_batched_tokens=tokens, q_heads=q, head_dim=dqk)
     buffer = _parse_workspace(a.workspace) if a.workspace else server
     dom = req.dominant
-    overflow = first_overflow(dom.plan, buffer) if dom and req.float_bytes > buffer else None
+    overflow = dom.plan.first_overflow(buffer) if dom and req.float_bytes > buffer else None
     verdict = "overflow" if req.float_bytes > buffer else "ok"
     remedies: dict = {}
     if verdict == "overflow":

@@ -39,12 +39,12 @@ class WorkspaceDecision(Decision):
     allocate_bytes: int = 0
 
 
-def describe_need(req: Requirement) -> str:
+def describe_need(req: Requirement, buffer_bytes: int | None = None) -> str:
+    """'FlashInfer V prefill planner needs N MiB at <scenario> (<layout>)[, <alloc> overflows B MiB]'."""
     s = req.dominant
     l = req.layout
     if s is None:
         return f"FlashInfer {req.flashinfer_version} plans nothing in this buffer"
-    dom = s.dominant_allocation
     where = {
         "cuda_graph_decode": f"CUDA-graph batch {s.batch}",
         "cuda_graph_verify": f"CUDA-graph verify batch {s.batch} x {s.q_len} tokens",
@@ -53,9 +53,12 @@ def describe_need(req: Requirement) -> str:
     }.get(s.name, s.name)
     planner = {"fa2": "prefill planner", "decode": "decode planner", "fa3": "SM90 planner"}.get(s.planner, s.planner)
     hd = f"head_dim {l.head_dim_qk}" if l.head_dim_qk == l.head_dim_vo else f"head_dim {l.head_dim_qk}/{l.head_dim_vo}"
-    return (f"FlashInfer {req.flashinfer_version} {planner} needs {_mib(req.float_bytes)} at {where}"
-            f"{' (' + dom.name + ')' if dom else ''} ({l.num_qo_heads} q / {l.num_kv_heads} kv heads per rank, "
-            f"{hd}, {req.gpu.num_sms} SMs)")
+    text = (f"FlashInfer {req.flashinfer_version} {planner} needs {_mib(req.float_bytes)} at {where} "
+            f"({l.num_qo_heads} q / {l.num_kv_heads} kv heads per rank, {hd}, {req.gpu.num_sms} SMs)")
+    over = s.plan.first_overflow(buffer_bytes) if buffer_bytes is not None else None
+    if over:
+        text += f", where {over['allocation']} ({_mib(over['bytes'])}) would overflow {_mib(buffer_bytes)}"
+    return text
 
 
 def decide_workspace(
@@ -89,7 +92,7 @@ def decide_workspace(
         numbers.update(setting_bytes=size, allocate_bytes=alloc)
         if requirement is not None and alloc < need:
             text = (f"{WORKSPACE}={_mib(size)} is below the computed need {_mib(need)} "
-                    f"({describe_need(requirement)}); using {_mib(alloc)} as asked")
+                    f"({describe_need(requirement, alloc)}); using {_mib(alloc)} as asked")
             return WorkspaceDecision("workspace", "size", "size below need", "warning", inputs, numbers, text,
                                      allocate_bytes=alloc)
         kept = "" if alloc == size else f" (kept {framework}'s larger {_mib(server_bytes)})"
@@ -108,11 +111,11 @@ def decide_workspace(
     alloc = round_up_mib(need)
     numbers["allocate_bytes"] = alloc
     if user_bytes:
-        text = (f"{user_var}={_mib(server_bytes)} is too small: {describe_need(requirement)}; "
+        text = (f"{user_var}={_mib(server_bytes)} is too small: {describe_need(requirement, server_bytes)}; "
                 f"raising {_mib(server_bytes)} -> {_mib(alloc)}")
         return WorkspaceDecision("workspace", "raise", "user size too small", "warning", inputs, numbers, text,
                                  allocate_bytes=alloc)
-    text = f"{describe_need(requirement)}; raising {_mib(server_bytes)} -> {_mib(alloc)}"
+    text = f"{describe_need(requirement, server_bytes)}; raising {_mib(server_bytes)} -> {_mib(alloc)}"
     return WorkspaceDecision("workspace", "raise", "need exceeds default", "info", inputs, numbers, text,
                              allocate_bytes=alloc)
 

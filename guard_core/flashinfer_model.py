@@ -110,6 +110,18 @@ class Plan:
     def largest(self) -> Allocation | None:
         return max(self.allocations, key=lambda a: a.bytes, default=None)
 
+    def first_overflow(self, float_buffer_bytes: int) -> dict | None:
+        """The float allocation FlashInfer's allocator would fail on with this buffer.
+
+        Mirrors its error: the allocation's name, size and alignment, and the
+        bytes left in the buffer at that point.
+        """
+        for a in self.allocations:
+            if a.buffer == "float" and a.offset + a.bytes > float_buffer_bytes:
+                return {"allocation": a.name, "bytes": a.bytes, "alignment": a.align,
+                        "available": max(0, float_buffer_bytes - a.offset)}
+        return None
+
     def as_dict(self) -> dict:
         return {"ok": True, "float_bytes": self.float_bytes, "int_bytes": self.int_bytes,
                 "padded_batch_size": self.padded_batch_size, "cta_tile_q": self.cta_tile_q,

@@ -88,8 +88,14 @@ def test_workspace_raise_line():
     d = decide_workspace(_req(), framework="vllm", server_bytes=394 * MIB, settings=load_settings({}))
     assert d.action == "raise" and d.allocate_bytes == 514 * MIB and d.level == "info"
     assert d.line == ("[flashinfer-guard] workspace: FlashInfer 0.7.0 prefill planner needs 513.5 MiB at CUDA-graph "
-                      "batch 512 (batch_prefill_tmp_v) (32 q / 2 kv heads per rank, head_dim 256, 160 SMs); "
-                      "raising 394 MiB -> 514 MiB")
+                      "batch 512 (32 q / 2 kv heads per rank, head_dim 256, 160 SMs), where batch_prefill_tmp_v "
+                      "(511.5 MiB) would overflow 394 MiB; raising 394 MiB -> 514 MiB")
+
+
+def test_workspace_line_names_the_allocation_that_overflows():
+    req = compute_requirement(QWEN3VL, DECODE512, lookup_gpu("h200"), "0.5.0", caller="sglang")
+    d = decide_workspace(req, framework="SGLang", server_bytes=384 * MIB, settings=load_settings({}))
+    assert "where batch_prefill_tmp_s (3.0 MiB) would overflow 384 MiB; raising 384 MiB -> 387 MiB" in d.line
 
 
 def test_workspace_ok_user_small_size_off():
