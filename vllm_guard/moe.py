@@ -14,7 +14,10 @@ everywhere (``on``):
   ``speculative_config.moe_backend`` = ``flashinfer_trtllm`` on the config that
   ``EngineArgs.create_engine_config()`` returns become ``auto``; the older env
   route ``VLLM_FLASHINFER_MOE_BACKEND=latency`` (read in the workers through
-  ``get_flashinfer_moe_backend()``) becomes ``throughput`` (FlashInfer CUTLASS).
+  ``get_flashinfer_moe_backend()``) becomes ``throughput`` (FlashInfer CUTLASS),
+  and the MXFP4 routes to TRT-LLM (``VLLM_USE_FLASHINFER_MOE_MXFP4_BF16`` on
+  SM10x, ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8``), read by the MXFP4 oracle,
+  are hidden from it so that its auto-selection picks the next backend.
 
 Targets are found by feature; a missing one gives one info line.
 """
@@ -50,6 +53,9 @@ DEPENDENT_CACHES = ("is_flashinfer_mxint4_moe_available",)
 MXFP4 = "vllm.model_executor.layers.fused_moe.experts.trtllm_mxfp4_moe"
 FI_UTILS = "vllm.model_executor.layers.quantization.utils.flashinfer_utils"
 ARG_UTILS = "vllm.engine.arg_utils"
+MXFP4_ORACLE = "vllm.model_executor.layers.fused_moe.oracle.mxfp4"
+# env routes that force the MXFP4 TRT-LLM experts: name -> only on SM10x?
+MXFP4_ENV_ROUTES = {"VLLM_USE_FLASHINFER_MOE_MXFP4_BF16": True, "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8": False}
 
 _decision = None
 _patched: list[tuple[object, str]] = []
@@ -77,6 +83,7 @@ def install(settings) -> None:
     when_imported(MXFP4, _on_mxfp4, key="vllm_guard.moe.mxfp4")
     when_imported(FI_UTILS, _on_fi_utils, key="vllm_guard.moe.fi_utils")
     when_imported(ARG_UTILS, _on_arg_utils, key="vllm_guard.moe.arg_utils")
+    when_imported(MXFP4_ORACLE, _on_mxfp4_oracle, key="vllm_guard.moe.mxfp4_oracle")
 
 
 def uninstall() -> None:
@@ -84,6 +91,9 @@ def uninstall() -> None:
     new = _rebinds.get("new")
     old = _rebinds.get("old")
     for owner, name in reversed(_patched):
+        if isinstance(getattr(owner, name, None), _EnvsView):
+            setattr(owner, name, getattr(owner, name)._real)
+            continue
         unwrap_attr(owner, name)
     if new is not None and old is not None:
         rebind_everywhere(new, old, prefix="vllm")
@@ -237,6 +247,70 @@ def _patch_fi_utils(module) -> None:
         _patched.append((module, "get_flashinfer_moe_backend"))
         new = getattr(module, "get_flashinfer_moe_backend")
         rebind_everywhere(new.__wrapped__, new, prefix="vllm")
+
+
+# --- VLLM_USE_FLASHINFER_MOE_MXFP4_* (env routes to the MXFP4 TRT-LLM experts) --
+
+class _EnvsView:
+    """vLLM's ``envs`` as the MXFP4 oracle sees it: the TRT-LLM routes unset.
+
+    Only the oracle module's global is replaced; every other reader of
+    ``vllm.envs`` still sees the user's values.
+    """
+
+    def __init__(self, real, platform_module):
+        self._real = real
+        self._platform = platform_module
+
+    def _hidden(self, name: str) -> bool:
+        sm10x_only = MXFP4_ENV_ROUTES.get(name)
+        if sm10x_only is None or not decision().block:
+            return False
+        try:
+            if not self._real.is_set(name) or not getattr(self._real, name):
+                return False
+        except Exception:
+            return False
+        if sm10x_only:  # on SM90 this route is CUTLASS, not TRT-LLM
+            try:
+                if not self._platform.current_platform.is_device_capability_family(100):
+                    return False
+            except Exception:
+                pass
+        get_log().warning_once(
+            "moe-mxfp4-route:" + name,
+            decision().line(f"{name}=1 (FlashInfer TRT-LLM MXFP4 MoE) ignored; vLLM selects its next MXFP4 backend"),
+        )
+        return True
+
+    def is_set(self, name):
+        return False if self._hidden(name) else self._real.is_set(name)
+
+    def __getattr__(self, name):
+        value = getattr(self._real, name)
+        if name in MXFP4_ENV_ROUTES and self._hidden(name):
+            return False
+        return value
+
+
+def _on_mxfp4_oracle(module) -> None:
+    guarded(get_log(), "moe", "moe guard (MXFP4 env route)", _patch_mxfp4_oracle, module)
+
+
+def _patch_mxfp4_oracle(module) -> None:
+    if not decision().block:
+        return
+    real = getattr(module, "envs", None)
+    if real is None or isinstance(real, _EnvsView) or not callable(getattr(real, "is_set", None)):
+        _not_applicable(f"{MXFP4_ORACLE}.envs")
+        return
+    known = getattr(real, "environment_variables", {})
+    if not any(name in known for name in MXFP4_ENV_ROUTES):
+        return  # this vLLM line has no such route: nothing to hide
+    import vllm.platforms as platforms
+
+    module.envs = _EnvsView(real, platforms)
+    _patched.append((module, "envs"))
 
 
 # --- explicit --moe-backend flashinfer_trtllm --------------------------------

@@ -37,6 +37,10 @@ SCENARIOS: dict[str, tuple[list[str], dict[str, str]]] = {
                       {"VLLM_USE_FLASHINFER_MOE_FP16": "1", "VLLM_FLASHINFER_MOE_BACKEND": "latency"}),
     "moe_env_route_baseline": (["moe_env_route", "--machine", "aarch64", "--no-plugins"],
                                {"VLLM_USE_FLASHINFER_MOE_FP16": "1", "VLLM_FLASHINFER_MOE_BACKEND": "latency"}),
+    "moe_mxfp4_route": (["moe_env_route", "--machine", "aarch64"], {"VLLM_USE_FLASHINFER_MOE_MXFP4_BF16": "1"}),
+    # EngineArgs loads plugins by itself: the baseline names no plugin at all
+    "moe_mxfp4_route_baseline": (["moe_env_route", "--machine", "aarch64", "--no-plugins"],
+                                 {"VLLM_USE_FLASHINFER_MOE_MXFP4_BF16": "1", "VLLM_PLUGINS": ""}),
     "moe_broken_hook": (["moe", "--machine", "aarch64"], {"FG_TEST_BREAK_MOE": "1"}),
     "ws": (["workspace", "--fake-gpu"], AUTO),
     "ws_baseline": (["workspace", "--fake-gpu", "--no-plugins"], AUTO),

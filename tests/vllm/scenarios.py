@@ -239,6 +239,8 @@ def sc_moe_env_route(args) -> None:
     fake_machine(args.machine)
     if not args.no_plugins:
         load_plugins()
+    # the MXFP4 oracle reads the model's quantization config from the current vLLM config
+    vconfig = engine_config() if os.environ.get("VLLM_USE_FLASHINFER_MOE_MXFP4_BF16") else None
     import_moe_modules()
     make_sm100_platform()
     from vllm.model_executor.layers.fused_moe.oracle.unquantized import select_unquantized_moe_backend
@@ -250,7 +252,20 @@ def sc_moe_env_route(args) -> None:
     import vllm.envs
 
     route_known = "VLLM_USE_FLASHINFER_MOE_FP16" in getattr(vllm.envs, "environment_variables", {})
-    result(bf16=bf16, route_known=route_known)
+    mxfp4_known = "VLLM_USE_FLASHINFER_MOE_MXFP4_BF16" in getattr(vllm.envs, "environment_variables", {})
+    mxfp4 = None
+    if os.environ.get("VLLM_USE_FLASHINFER_MOE_MXFP4_BF16"):
+        from vllm.config import set_current_vllm_config
+        from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import select_mxfp4_moe_backend
+
+        try:
+            with set_current_vllm_config(vconfig):
+                mxfp4 = select_mxfp4_moe_backend(moe_config("auto"))[0].name
+        except Exception as exc:  # vLLM's own error, reported to the test
+            mxfp4 = f"raises {type(exc).__name__}"
+            print(f"mxfp4: {type(exc).__name__}: {exc}", file=sys.stderr)
+    result(bf16=bf16, route_known=route_known, mxfp4=mxfp4, mxfp4_known=mxfp4_known,
+           envs_seen_elsewhere=bool(vllm.envs.is_set("VLLM_USE_FLASHINFER_MOE_MXFP4_BF16")))
 
 
 # --- workspace ----------------------------------------------------------------

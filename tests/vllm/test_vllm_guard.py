@@ -158,6 +158,28 @@ def test_moe_old_env_route(pool, versions):
     assert len(warn) == 1 and "VLLM_FLASHINFER_MOE_BACKEND=latency (TRT-LLM) replaced by throughput" in warn[0]
 
 
+@uses("moe_mxfp4_route", "moe_mxfp4_route_baseline", "versions")
+def test_moe_mxfp4_env_route(pool, versions):
+    """VLLM_USE_FLASHINFER_MOE_MXFP4_BF16=1 on a guarded SM100 host: vLLM alone goes to
+    the MXFP4 TRT-LLM experts; with the guard its oracle falls back to the next backend
+    instead of raising, while vllm.envs itself still shows the user's value."""
+    base = pool.get("moe_mxfp4_route_baseline").ok()
+    run = pool.get("moe_mxfp4_route")
+    r = run.ok()
+    if not base["mxfp4_known"]:
+        assert r["mxfp4"] == base["mxfp4"]
+        return
+    assert base["mxfp4"] == "FLASHINFER_TRTLLM_MXFP4_BF16"
+    if not moe_blocked_on_arm(versions["flashinfer"]):
+        assert r["mxfp4"] == base["mxfp4"] and not run.lines("WARNING", "moe")
+        return
+    assert r["mxfp4"] != base["mxfp4"] and not r["mxfp4"].startswith("raises")
+    assert "TRTLLM" not in r["mxfp4"]
+    assert r["envs_seen_elsewhere"] is True
+    warn = [l for l in run.lines("WARNING", "moe") if "MXFP4" in l]
+    assert len(warn) == 1 and "VLLM_USE_FLASHINFER_MOE_MXFP4_BF16=1" in warn[0]
+
+
 @uses("moe_broken_hook", "moe_arm_off")
 def test_moe_hook_raising_fails_open(pool):
     run = pool.get("moe_broken_hook")
