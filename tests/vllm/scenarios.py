@@ -265,7 +265,7 @@ def sc_moe_env_route(args) -> None:
             mxfp4 = f"raises {type(exc).__name__}"
             print(f"mxfp4: {type(exc).__name__}: {exc}", file=sys.stderr)
     result(bf16=bf16, route_known=route_known, mxfp4=mxfp4, mxfp4_known=mxfp4_known,
-           envs_seen_elsewhere=bool(vllm.envs.is_set("VLLM_USE_FLASHINFER_MOE_MXFP4_BF16")))
+           envs_seen_elsewhere=mxfp4_known and bool(vllm.envs.is_set("VLLM_USE_FLASHINFER_MOE_MXFP4_BF16")))
 
 
 # --- workspace ----------------------------------------------------------------
