@@ -9,12 +9,17 @@
 # environment's python, FLASHINFER_GUARD_VLLM_LINE naming the line. JUnit
 # reports go to $FLASHINFER_GUARD_REPORTS/vllm-<line>.xml.
 #
+# The third line (0.32.0) runs only what differs there (FlashInfer 0.7.0.post1:
+# the MoE guard stands down, the 1 GiB heuristic covers capture 512 but not
+# 1024); the fault-injection scenarios run on 0.23.0 and 0.33.0. Set
+# FLASHINFER_GUARD_VLLM_FULL=1 to run every test on every line.
+#
 #   FLASHINFER_GUARD_VLLM_DELETE_ENVS=1   delete each environment after its run
 #                                         (about 9 GB each); also done when
 #                                         less than 12 GB stay free.
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-lines="${FLASHINFER_GUARD_VLLM_LINES:-0.23.0 0.32.0 0.33.0}"
+lines="${FLASHINFER_GUARD_VLLM_LINES:-0.23.0 0.33.0 0.32.0}"
 reports="${FLASHINFER_GUARD_REPORTS:-$repo/.reports}"
 envs="${FLASHINFER_GUARD_ENVS:-$HOME/.cache/flashinfer-guard/envs}"
 mkdir -p "$reports"
@@ -32,9 +37,13 @@ for line in $lines; do
     continue
   fi
   t1=$(date +%s)
+  select=()
+  if [ "$line" = "0.32.0" ] && [ "${FLASHINFER_GUARD_VLLM_FULL:-0}" != 1 ]; then
+    select=(-k "line_under_test or discovered or moe_aarch64_auto or workspace_exact_need or capture_1024")
+  fi
   (cd "$repo" && FLASHINFER_GUARD_VLLM_LINE="$line" HF_HUB_OFFLINE=1 \
     FLASHINFER_GUARD_SCENARIO_LOGS="$reports/vllm-$line-scenarios" \
-    "$py" -m pytest -q -p no:cacheprovider -rf tests/vllm \
+    "$py" -m pytest -q -p no:cacheprovider -rf tests/vllm "${select[@]}" \
       --junitxml="$reports/vllm-$line.xml" -o junit_suite_name="vllm-$line") || status=1
   echo "--- vLLM $line: install $(( t1 - t0 )) s, tests $(( $(date +%s) - t1 )) s"
   free_gb=$(( $(df -Pk "$envs" | awk 'NR==2 {print $4}') / 1048576 ))
