@@ -49,6 +49,9 @@ else
   log "$(cat "$marker")"
 fi
 
+# The runner spreads scenario processes over the cores (pytest-xdist); cheap when present.
+"$uv_bin" pip install -q --python "$py" pytest-xdist >&2
+
 # Our package, built and installed as a user would get it (a wheel, not editable).
 # FLASHINFER_GUARD_SRC: install from another checkout (default: this one).
 start=$(date +%s)

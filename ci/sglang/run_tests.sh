@@ -31,7 +31,8 @@ for v in "${lines[@]}"; do
   py="$("$here/install.sh" "$v" | tail -n 1)" || { echo "install of SGLang $v failed"; status=1; continue; }
   echo "--- env ready in $(( $(date +%s) - start ))s: $py"
   start=$(date +%s)
-  (cd "$repo" && "$py" -m pytest -q -rf -p no:cacheprovider tests/sglang \
+  # each scenario is a fresh SGLang interpreter (mostly import time): one per core
+  (cd "$repo" && "$py" -m pytest -q -rf -p no:cacheprovider -n "${FLASHINFER_GUARD_SCENARIO_JOBS:-2}" tests/sglang \
     --junitxml="$reports/sglang-$v.xml" -o junit_suite_name="sglang-$v") || status=1
   echo "--- SGLang $v tests took $(( $(date +%s) - start ))s"
   if [ "${FLASHINFER_GUARD_KEEP_ENVS:-0}" != "1" ] && [ "$(free_gb "$envs")" -lt 40 ]; then
