@@ -1,0 +1,164 @@
+"""Which FlashInfer planner serves each phase: one function for both adapters and the CLI.
+
+Mirrors FlashInfer's own dispatch and the framework's conditions, fed with
+facts the adapter reads (or the CLI is told). Rules (each checked by running the
+framework's own ``plan()`` calls through FlashInfer's real planner code, see
+``tests/realcalls``):
+
+- FlashInfer's prefill wrapper with ``backend="auto"`` asks
+  ``determine_attention_backend``: FA3 (the SM90 planner, int buffer only) on
+  SM90 when the dtypes allow it (no FP8 at all, or FP8 query *and* FP8 KV);
+  FA2 otherwise, and FA2 on every other architecture.
+- Tensor-core decode (``BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=True)``)
+  with ``backend="auto"`` plans FA2 unless an FP8 dtype is involved; with FP8
+  it asks ``determine_attention_backend`` like the prefill wrapper.
+- CUDA-core decode (``use_tensor_cores=False``) runs ``DecodePlan``.
+- vLLM: the query stays in the model dtype unless TRT-LLM attention is usable
+  (then ``q_data_type = kv_cache_dtype``); decode always runs with tensor cores;
+  on SM10x it decodes with TRT-LLM-gen (nothing planned in this buffer) only
+  when ``use_trtllm_decode_attention and dcp_world_size <= 1``; with decode
+  context parallel the decode wrapper plans all DCP ranks' query heads.
+- SGLang: tensor-core decode by its own rule (GQA group and KV dtype); the
+  adapter passes what SGLang decided.
+
+A fact that is ``None`` is unknown: every choice it could lead to is returned
+as a candidate, the caller sizes each and keeps the larger need, and the
+missing fact is named in ``missing`` for one warning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import product
+
+from .sizing import Planners
+
+FP8_NAMES = ("fp8", "fp8_e4m3", "fp8_e5m2", "float8_e4m3fn", "float8_e5m2", "e4m3", "e5m2")
+FP4_NAMES = ("nvfp4", "fp4", "float4_e2m1fn_x2")
+
+
+def dtype_kind(name) -> str | None:
+    """'fp8' | 'fp4' | '16bit' | None (unknown), from a dtype or its name."""
+    if name is None:
+        return None
+    text = str(name).lower().replace("torch.", "")
+    if text in ("auto", "bfloat16", "bf16", "float16", "fp16", "half"):
+        return "16bit"
+    if text in FP8_NAMES or text.startswith("float8") or text.startswith("fp8"):
+        return "fp8"
+    if text in FP4_NAMES or "fp4" in text:
+        return "fp4"
+    if text in ("float32", "fp32", "float"):
+        return "32bit"
+    return None
+
+
+def dtype_bytes(kind: str | None) -> int | None:
+    return {"fp8": 1, "fp4": 1, "16bit": 2, "32bit": 4}.get(kind) if kind else None
+
+
+@dataclass(frozen=True)
+class PlannerFacts:
+    """What decides the planners, per rank. ``None`` means unknown."""
+
+    framework: str  # "vllm" | "sglang"
+    cc: tuple[int, int] | None
+    kv_dtype: str | None = "auto"  # "auto" (model dtype), "fp8", "fp8_e4m3", "nvfp4", a torch dtype name ...
+    # vLLM: TRT-LLM attention usable here (SM10x with FlashInfer's cubins);
+    # then the query takes the KV dtype and decode may run TRT-LLM-gen.
+    trtllm_attention: bool | None = False
+    # vLLM: use_trtllm_decode_attention / use_trtllm_prefill (None: follow trtllm_attention)
+    trtllm_decode: bool | None = None
+    trtllm_prefill: bool | None = None
+    dcp_size: int = 1
+    # SGLang's decision (None: unknown); vLLM always decodes with tensor cores
+    tensor_core_decode: bool | None = True
+
+
+@dataclass(frozen=True)
+class PlannerChoice:
+    candidates: tuple[Planners, ...]
+    missing: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = field(default=())
+    decode_qo_heads_factor: int = 1  # decode plans this many ranks' query heads (vLLM DCP)
+
+    @property
+    def planners(self) -> Planners:
+        return self.candidates[0]
+
+
+def _fa_backend(cc, q_kind, kv_kind, *, tensor_core_decode: bool) -> str:
+    fp8 = "fp8" in (q_kind, kv_kind)
+    if tensor_core_decode and not fp8:
+        return "fa2"  # decode's auto: FA2 unless an FP8 dtype is involved
+    sm90 = cc is not None and tuple(cc) == (9, 0)
+    if not sm90:
+        return "fa2"
+    q8, kv8 = q_kind == "fp8", kv_kind == "fp8"
+    return "fa3" if q8 == kv8 else "fa2"  # is_fa3_backend_supported refuses mixed FP8
+
+
+def _sm10x(cc) -> bool:
+    return cc is not None and cc[0] == 10
+
+
+def choose_planners(facts: PlannerFacts) -> PlannerChoice:
+    missing: list[str] = []
+    ccs = [facts.cc]
+    if facts.cc is None:
+        missing.append("compute capability")
+        ccs = [(8, 9), (9, 0), (10, 0)]
+    kinds = [dtype_kind(facts.kv_dtype)]
+    if kinds[0] is None:
+        missing.append(f"KV-cache dtype ({facts.kv_dtype!r})")
+        kinds = ["16bit", "fp8"]
+    trt = [facts.trtllm_attention]
+    if facts.framework == "vllm" and facts.trtllm_attention is None:
+        missing.append("TRT-LLM attention availability")
+        trt = [False, True]
+    tcd = [facts.tensor_core_decode]
+    if facts.tensor_core_decode is None:
+        missing.append("tensor-core decode")
+        tcd = [True, False]
+
+    out: list[Planners] = []
+    reasons: list[str] = []
+    for cc, kv_kind, trtllm, tc in product(ccs, kinds, trt, tcd):
+        if facts.framework == "vllm":
+            p, why = _vllm(facts, cc, kv_kind, bool(trtllm))
+        else:
+            p, why = _sglang(facts, cc, kv_kind, bool(tc))
+        if p not in out:
+            out.append(p)
+            reasons.append(why)
+    factor = max(1, int(facts.dcp_size or 1)) if facts.framework == "vllm" else 1
+    return PlannerChoice(tuple(out), tuple(missing), tuple(reasons), factor)
+
+
+def _vllm(facts: PlannerFacts, cc, kv_kind, trtllm: bool):
+    if kv_kind == "fp4":
+        return Planners(prefill="trtllm", decode="trtllm"), "NVFP4 KV cache: TRT-LLM attention only"
+    usable = trtllm and _sm10x(cc)
+    q_kind = kv_kind if usable else "16bit"
+    trt_decode = usable if facts.trtllm_decode is None else (bool(facts.trtllm_decode) and usable)
+    trt_prefill = usable if facts.trtllm_prefill is None else (bool(facts.trtllm_prefill) and usable)
+    if trt_decode and int(facts.dcp_size or 1) <= 1:
+        decode, dwhy = "trtllm", "decode TRT-LLM-gen"
+    else:
+        decode = _fa_backend(cc, q_kind, kv_kind, tensor_core_decode=True)
+        dwhy = f"tensor-core decode {decode.upper()}"
+        if trt_decode:
+            dwhy += f" (DCP {facts.dcp_size}: no TRT-LLM decode)"
+    prefill = "trtllm" if trt_prefill else _fa_backend(cc, q_kind, kv_kind, tensor_core_decode=False)
+    return Planners(prefill=prefill, decode=decode), f"prefill {prefill.upper()}, {dwhy}"
+
+
+def _sglang(facts: PlannerFacts, cc, kv_kind, tensor_core: bool):
+    # SGLang passes q in the model dtype to FlashInfer's wrappers
+    q_kind = "16bit"
+    if tensor_core:
+        decode = _fa_backend(cc, q_kind, kv_kind, tensor_core_decode=True)
+    else:
+        decode = "decode"
+    prefill = _fa_backend(cc, q_kind, kv_kind, tensor_core_decode=False)
+    return Planners(prefill=prefill, decode=decode), f"prefill {prefill.upper()}, decode {decode}"
