@@ -2,13 +2,31 @@
 
 Names never start with ``VLLM_``: vLLM warns about every unknown ``VLLM_*``
 variable and refuses to start on them with ``--fail-on-environ-validation``.
-A bad value never raises: it yields one warning line naming the variable and
-the accepted values, and the default applies.
+
+Promises (hostile values included):
+
+* ``load_settings`` never raises and never half-accepts a value: each variable
+  is either valid, or yields exactly one warning line (naming the variable, its
+  value truncated to 40 characters and escaped with ``ascii()``, and the
+  accepted values) and its default applies. Each variable is parsed on its own,
+  so a bad value of one never changes another, and never turns a guard off.
+* Sizes (``FLASHINFER_GUARD_WORKSPACE``, and ``--workspace`` of the CLI): ASCII
+  digits with at most one decimal point, optional spaces, then a unit: none or
+  ``B`` (bytes), ``K``/``KB``/``M``/``MB``/``G``/``GB``/``T``/``TB`` (powers of
+  1000) or ``KiB``/``MiB``/``GiB``/``TiB`` (powers of 1024), any case. The
+  arithmetic is integer only (a fraction is rounded up to a whole byte), the
+  number is at most 24 characters, and the result must lie between 1 MiB and
+  288 GiB (the largest memory of any GPU the table knows, B300/GB300/MI355X
+  class); anything else is refused, never truncated to a smaller size.
+* Versions (``FLASHINFER_GUARD_MOE_FIXED_IN``, and the CLI's version options):
+  ASCII, at most 64 characters and at most 18 digits per number, checked before
+  any regular expression or ``int()`` runs, then PEP 440.
 """
 
 from __future__ import annotations
 
 import os
+import re
 
 
 MASTER = "FLASHINFER_GUARD"
@@ -20,14 +38,25 @@ ALL_VARIABLES = (MASTER, MOE, MOE_FIXED_IN, WORKSPACE, LOG)
 
 DEFAULT_MOE_FIXED_IN = "0.6.16"
 MIB = 1 << 20
+GIB = 1 << 30
+MIN_SIZE_BYTES = MIB
+MAX_SIZE_BYTES = 288 * GIB  # the largest GPU memory we plan for (B300/GB300 class)
+SIZE_ACCEPTED = "a size from 1 MiB to 288 GiB such as 768MiB, 1GiB, 1.5GB or a byte count"
+VERSION_ACCEPTED = "a version such as 0.6.16 or 0.7.2.post1 (at most 64 characters)"
+MAX_VERSION_CHARS = 64
+_MAX_NUMBER_CHARS = 24
 _UNITS = {
     "": 1, "b": 1,
     "k": 1000, "kb": 1000, "kib": 1 << 10,
     "m": 1000**2, "mb": 1000**2, "mib": 1 << 20,
     "g": 1000**3, "gb": 1000**3, "gib": 1 << 30,
+    "t": 1000**4, "tb": 1000**4, "tib": 1 << 40,
 }
+_SIZE_RE = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+) *([A-Za-z]{0,3})")
+_LONG_DIGITS_RE = re.compile(r"[0-9]{19}")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
+_SHOW_CHARS = 40
 
 
 class Settings:
@@ -68,19 +97,63 @@ class Settings:
         }
 
 
-def parse_size(text: str) -> int | None:
-    """'768MiB', '1GiB', '1073741824' -> bytes; None if not a size."""
-    t = (text or "").strip()
-    i = 0
-    while i < len(t) and (t[i].isdigit() or t[i] == "."):
-        i += 1
-    number, unit = t[:i], t[i:].strip().lower()
-    if not number or number.count(".") > 1 or not number.replace(".", "").isdigit() or unit not in _UNITS:
+def show_value(value, limit: int = _SHOW_CHARS) -> str:
+    """A value for a one-line message: at most ``limit`` characters, escaped with ascii()."""
+    try:
+        text = value if isinstance(value, str) else str(value)
+    except Exception:
+        return "<unprintable>"
+    if len(text) <= limit:
+        return ascii(text)
+    return f"{ascii(text[:limit])}... ({len(text)} characters)"
+
+
+def parse_size(text) -> int | None:
+    """'768MiB', '1GiB', '1.5GB', '1073741824' -> bytes; None unless a size from 1 MiB to 288 GiB.
+
+    Never raises. ASCII only, integer arithmetic, the length bounded before any
+    conversion; a fraction of a byte is rounded up.
+    """
+    if not isinstance(text, str):
         return None
-    value = float(number) * _UNITS[unit]
-    if value <= 0:
+    t = text.strip(" \t")
+    if not t or len(t) > _MAX_NUMBER_CHARS + 8 or not t.isascii():
         return None
-    return int(value)
+    m = _SIZE_RE.fullmatch(t)
+    if m is None:
+        return None
+    number, unit = m.group(1), m.group(2).lower()
+    if len(number) > _MAX_NUMBER_CHARS or unit not in _UNITS:
+        return None
+    whole, _, frac = number.partition(".")
+    scale = 10 ** len(frac)
+    numerator = int(whole or "0") * scale + int(frac or "0")
+    value = -(-numerator * _UNITS[unit] // scale)  # ceil, integers only
+    if value < MIN_SIZE_BYTES or value > MAX_SIZE_BYTES:
+        return None
+    return value
+
+
+def bounded_version(text) -> str | None:
+    """``text`` stripped when it is a sane PEP 440 version, else None. Never raises.
+
+    Bounded before any regular expression or ``int()`` runs: ASCII, at most 64
+    characters, at most 18 digits in a row.
+    """
+    if not isinstance(text, str):
+        return None
+    t = text.strip()
+    if not t or len(t) > MAX_VERSION_CHARS or not t.isascii() or not t.isprintable():
+        return None
+    if _LONG_DIGITS_RE.search(t):
+        return None
+    try:
+        from .versions import parse_version
+
+        parse_version(t)
+    except Exception:
+        return None
+    return t
 
 
 def format_bytes(n: int | None) -> str:
@@ -91,76 +164,94 @@ def format_bytes(n: int | None) -> str:
     return f"{n / MIB:.1f} MiB"
 
 
-def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
-    env = os.environ if environ is None else environ
+def _text(raw) -> str | None:
+    """The value as text, or None for unset/empty (both mean: the default)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        raw = str(raw)
+    return raw if raw.strip() != "" else None
+
+
+def _parse_master(raw: str):
+    v = raw.strip().lower()
+    if v in _FALSE:
+        return False
+    if v in _TRUE:
+        return True
+    return None
+
+
+def _parse_choice(choices):
+    def parse(raw: str):
+        v = raw.strip().lower()
+        return v if v in choices else None
+    return parse
+
+
+def _parse_workspace(raw: str):
+    v = raw.strip().lower()
+    if v in ("auto", "off"):
+        return (v, None)
+    size = parse_size(raw)
+    return None if size is None else ("size", size)
+
+
+# variable, parser (returns None for a bad value), accepted values, default value, the default as said
+_TABLE = (
+    (MASTER, _parse_master, "1 or 0 (also true/false, yes/no, on/off)", True, "1"),
+    (MOE, _parse_choice(("auto", "on", "off")), "auto, on or off", "auto", "auto"),
+    (MOE_FIXED_IN, bounded_version, VERSION_ACCEPTED, DEFAULT_MOE_FIXED_IN, DEFAULT_MOE_FIXED_IN),
+    (WORKSPACE, _parse_workspace, "auto, off or " + SIZE_ACCEPTED, ("auto", None), "auto"),
+    (LOG, _parse_choice(("info", "debug", "warning")), "info, debug or warning", "info", "info"),
+)
+
+
+def load_settings(environ=None) -> Settings:
+    """Parse the switches of ``environ`` (default ``os.environ``). Never raises.
+
+    Every variable is parsed on its own: a bad value gives one warning and that
+    variable's default, and changes nothing else.
+    """
     warnings: list[str] = []
-
-    def bad(var: str, value: str, accepted: str, default: str) -> None:
-        warnings.append(
-            f"ignoring {var}={value!r}: accepted values are {accepted}; using the default {default}"
-        )
-
-    enabled = True
-    raw = env.get(MASTER)
-    if raw is not None and raw.strip() != "":
-        v = raw.strip().lower()
-        if v in _FALSE:
-            enabled = False
-        elif v not in _TRUE:
-            bad(MASTER, raw, "1 or 0", "1")
-
-    moe = "auto"
-    raw = env.get(MOE)
-    if raw is not None and raw.strip() != "":
-        v = raw.strip().lower()
-        if v in ("auto", "on", "off"):
-            moe = v
-        else:
-            bad(MOE, raw, "auto, on or off", "auto")
-
-    fixed_in = DEFAULT_MOE_FIXED_IN
-    raw = env.get(MOE_FIXED_IN)
-    if raw is not None and raw.strip() != "":
-        from .versions import is_version
-
-        if is_version(raw.strip()):
-            fixed_in = raw.strip()
-        else:
-            bad(MOE_FIXED_IN, raw, "a version such as 0.6.16", DEFAULT_MOE_FIXED_IN)
-
-    workspace, ws_bytes = "auto", None
-    raw = env.get(WORKSPACE)
-    if raw is not None and raw.strip() != "":
-        v = raw.strip().lower()
-        if v in ("auto", "off"):
-            workspace = v
-        else:
-            size = parse_size(raw)
-            if size is None:
-                bad(WORKSPACE, raw, "auto, off or a size such as 768MiB, 1GiB or a byte count", "auto")
-            else:
-                workspace, ws_bytes = "size", size
-
-    log_level = "info"
-    raw = env.get(LOG)
-    if raw is not None and raw.strip() != "":
-        v = raw.strip().lower()
-        if v in ("info", "debug", "warning"):
-            log_level = v
-        else:
-            bad(LOG, raw, "info, debug or warning", "info")
-
-    return Settings(enabled, moe, fixed_in, workspace, ws_bytes, log_level, tuple(warnings))
+    values = {}
+    try:
+        env = os.environ if environ is None else environ
+    except Exception:
+        env = {}
+    for var, parse, accepted, default, said in _TABLE:
+        value = default
+        raw = None
+        try:
+            raw = _text(env.get(var))
+            if raw is not None:
+                parsed = parse(raw)
+                if parsed is None:
+                    warnings.append(f"ignoring {var}={show_value(raw)}: accepted values are {accepted}; "
+                                    f"using the default {said}")
+                else:
+                    value = parsed
+        except Exception as exc:  # a value that cannot even be read: still one line, still the default
+            warnings.append(f"ignoring {var}={show_value(raw)}: unreadable ({type(exc).__name__}); "
+                            f"accepted values are {accepted}; using the default {said}")
+            value = default
+        values[var] = value
+    workspace, ws_bytes = values[WORKSPACE]
+    return Settings(values[MASTER], values[MOE], values[MOE_FIXED_IN], workspace, ws_bytes, values[LOG],
+                    tuple(warnings))
 
 
 _cached: Settings | None = None
 
 
 def get_settings() -> Settings:
-    """Settings of this process, parsed once."""
+    """Settings of this process, parsed once. Never raises."""
     global _cached
     if _cached is None:
-        _cached = load_settings()
+        try:
+            _cached = load_settings()
+        except Exception:  # load_settings does not raise; this is the last line of defence
+            _cached = Settings(warnings=("could not read the FLASHINFER_GUARD_* settings; using the defaults",))
     return _cached
 
 
