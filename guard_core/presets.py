@@ -113,75 +113,224 @@ def preset_names() -> list[str]:
 
 
 def find_preset(name: str) -> ModelFacts | None:
+    if not isinstance(name, str) or len(name) > MAX_NAME_CHARS:
+        return None
     k = _key(name)
-    if k in _BY_KEY:
-        return _BY_KEY[k]
     # quantised / variant checkpoints: Qwen3.5-397B-A17B-NVFP4, Qwen3-VL-32B-Instruct-FP8
-    for suffix in ("-nvfp4", "-fp8", "-fp4", "-awq", "-gptq", "-int4", "-instruct", "-it", "-thinking"):
-        if k.endswith(suffix):
-            return find_preset(k[: -len(suffix)])
-    return None
+    # (a loop, not recursion: a name of many suffixes must not exhaust the stack)
+    while True:
+        if k in _BY_KEY:
+            return _BY_KEY[k]
+        for suffix in _SUFFIXES:
+            if k.endswith(suffix):
+                k = k[: -len(suffix)]
+                break
+        else:
+            return None
+
+
+_SUFFIXES = ("-nvfp4", "-fp8", "-fp4", "-awq", "-gptq", "-int4", "-instruct", "-it", "-thinking")
+MAX_NAME_CHARS = 512
+MAX_CONFIG_BYTES = 4 << 20  # the largest config.json read; real ones are a few KiB
+_MAX_JSON_INT_DIGITS = 30
+# bounds of the integer fields (inclusive); far above every published model
+MAX_HEADS = 4096
+MAX_HEAD_DIM = 2048
+_INT_FIELDS = {
+    "num_attention_heads": MAX_HEADS, "num_key_value_heads": MAX_HEADS,
+    "head_dim": MAX_HEAD_DIM, "v_head_dim": MAX_HEAD_DIM, "qk_nope_head_dim": MAX_HEAD_DIM,
+    "qk_rope_head_dim": MAX_HEAD_DIM, "hidden_size": 1 << 20, "num_hidden_layers": 1 << 16,
+    "kv_lora_rank": 1 << 16, "full_attention_interval": 1 << 16,
+}
+
+
+class _BigInt(str):
+    """A JSON integer literal too long to convert; kept as text so the error can show it."""
+
+
+def _parse_int(text: str):
+    return int(text) if len(text) <= _MAX_JSON_INT_DIGITS else _BigInt(text)
+
+
+def show_path(path) -> str:
+    """A path for a one-line message: as is when printable ASCII, else escaped; bounded."""
+    from .settings import show_value
+
+    if isinstance(path, str) and path.isascii() and path.isprintable() and len(path) <= 200:
+        return path
+    return show_value(path, 200)
+
+
+def _show_json(value) -> str:
+    """A JSON value for a one-line message: its JSON text (ASCII, escaped), at most 40 characters."""
+    if isinstance(value, _BigInt):
+        return f"{value[:20]}..." if len(value) > 20 else str(value)
+    try:
+        text = json.dumps(value, ensure_ascii=True)
+    except Exception:  # too deep, or not JSON at all
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= 40 else text[:40] + "..."
+
+
+def _what(value) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, _BigInt):
+        return f"a {len(value)}-digit number"
+    if isinstance(value, float):
+        return "not a finite number" if value != value or value in (float("inf"), float("-inf")) else "a fraction"
+    if isinstance(value, int):
+        return "out of range"
+    return {str: "a string", list: "a list", dict: "an object", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _check_int(name: str, field: str, value) -> int:
+    hi = _INT_FIELDS[field]
+    if type(value) is int and 1 <= value <= hi:
+        return value
+    raise ModelError(f"{show_path(name)}: {field} must be an integer from 1 to {hi}, got {_show_json(value)} "
+                     f"({_what(value)})")
 
 
 def facts_from_config(cfg: dict, name: str = "config.json") -> ModelFacts:
-    """Attention facts from a Hugging Face config dict (VL ``text_config``, hybrids)."""
-    archs = cfg.get("architectures") or ["?"]
-    text = cfg.get("text_config") or cfg.get("llm_config") or cfg
-    if not isinstance(text, dict):
-        raise ModelError(f"{name}: text_config is not an object")
+    """Attention facts from a Hugging Face config dict (VL ``text_config``, hybrids).
+
+    Every field used is validated: integers must be JSON integers (no booleans,
+    fractions, strings or non-finite numbers) within the bounds above; anything
+    else is one ModelError naming the file, the field and the value.
+    """
+    shown = show_path(name)
+    if not isinstance(cfg, dict):
+        raise ModelError(f"{shown}: not a JSON object")
+    archs = cfg.get("architectures")
+    if archs is None or archs == []:
+        archs = ["?"]
+    if (not isinstance(archs, list) or not all(isinstance(a, str) and 0 < len(a) <= 200 for a in archs)):
+        raise ModelError(f"{shown}: architectures must be a list of names, got {_show_json(archs)}")
+    text = cfg
+    for sub in ("text_config", "llm_config"):
+        v = cfg.get(sub)
+        if v is None:
+            continue
+        if not isinstance(v, dict):
+            raise ModelError(f"{shown}: {sub} must be an object, got {_show_json(v)}")
+        if v and text is cfg:
+            text = v
+
+    def raw(key):
+        v = text.get(key)
+        return cfg.get(key) if v is None else v
 
     def get(key, default=None):
-        v = text.get(key)
-        return cfg.get(key, default) if v is None else v
+        v = raw(key)
+        return default if v is None else _check_int(name, key, v)
 
-    heads = get("num_attention_heads")
-    if not isinstance(heads, int) or heads <= 0:
-        raise ModelError(f"{name}: no num_attention_heads (looked in text_config too); "
+    if raw("num_attention_heads") is None:
+        raise ModelError(f"{shown}: no num_attention_heads (looked in text_config too); "
                          "pass --qo-heads/--kv-heads/--head-dim instead")
+    heads = get("num_attention_heads")
     kv = get("num_key_value_heads", heads)
-    if not isinstance(kv, int) or kv <= 0:
-        raise ModelError(f"{name}: num_key_value_heads must be a positive integer")
-    layers = get("num_hidden_layers", 0) or 0
-    if get("kv_lora_rank"):
-        qk = (get("qk_nope_head_dim", 128) or 0) + (get("qk_rope_head_dim", 64) or 0)
+    layers = get("num_hidden_layers", 0)
+    if get("kv_lora_rank") is not None:
+        qk = get("qk_nope_head_dim", 128) + get("qk_rope_head_dim", 64)
         return ModelFacts(name, name, archs[0], heads, heads, qk, get("v_head_dim", 128), layers, layers, "mla",
                           "MLA: FlashInfer's MLA planner and its own buffer")
     head_dim = get("head_dim")
-    if not head_dim:
+    if head_dim is None:
         hidden = get("hidden_size")
-        if not hidden:
-            raise ModelError(f"{name}: neither head_dim nor hidden_size given")
+        if hidden is None:
+            raise ModelError(f"{shown}: neither head_dim nor hidden_size given")
         head_dim = hidden // heads
+        if not 1 <= head_dim <= MAX_HEAD_DIM:
+            raise ModelError(f"{shown}: hidden_size {hidden} / num_attention_heads {heads} gives head_dim "
+                             f"{head_dim}, outside 1 to {MAX_HEAD_DIM}; give head_dim")
     kind, attn_layers = "gqa", layers
-    layer_types = get("layer_types")
-    if isinstance(layer_types, list) and layer_types:
-        full = sum(1 for t in layer_types if str(t) in ("full_attention", "attention", "sliding_attention"))
+    layer_types = raw("layer_types")
+    interval = raw("full_attention_interval")
+    if layer_types is not None and layer_types != []:
+        if (not isinstance(layer_types, list) or len(layer_types) > _INT_FIELDS["num_hidden_layers"]
+                or not all(isinstance(t, str) for t in layer_types)):
+            raise ModelError(f"{shown}: layer_types must be a list of layer kinds (strings), "
+                             f"got {_show_json(layer_types)}")
+        full = sum(1 for t in layer_types if t in ("full_attention", "attention", "sliding_attention"))
         if full < len(layer_types):
             kind, attn_layers = "hybrid", full
-    elif get("full_attention_interval"):
-        interval = int(get("full_attention_interval"))
+    elif interval is not None:
+        interval = get("full_attention_interval")
         kind, attn_layers = "hybrid", layers // interval
     if heads % kv:
-        raise ModelError(f"{name}: {heads} query heads are not a multiple of {kv} KV heads")
-    return ModelFacts(name, name, archs[0], heads, kv, int(head_dim), None, layers, attn_layers, kind)
+        raise ModelError(f"{shown}: {heads} query heads are not a multiple of {kv} KV heads")
+    return ModelFacts(name, name, archs[0], heads, kv, head_dim, None, layers, attn_layers, kind)
+
+
+def _os_reason(exc: BaseException) -> str:
+    return getattr(exc, "strerror", None) or type(exc).__name__
+
+
+def read_config(path: str) -> dict:
+    """A config.json, read safely: a regular file only (never a FIFO, device or
+    socket, which could block or never end), at most 4 MiB, strict UTF-8, JSON
+    nesting bounded by the parser's recursion limit. One ModelError otherwise."""
+    import stat
+
+    shown = show_path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        raise ModelError(f"no such file: {shown}") from None
+    except (OSError, ValueError) as exc:  # ValueError: an embedded NUL
+        raise ModelError(f"cannot read {shown}: {_os_reason(exc)}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ModelError(f"cannot read {shown}: not a regular file (a FIFO, device, socket or directory "
+                             "is not read)")
+        if st.st_size > MAX_CONFIG_BYTES:
+            raise ModelError(f"cannot read {shown}: {st.st_size} bytes, more than the {MAX_CONFIG_BYTES >> 20} MiB "
+                             "a config.json may have")
+        chunks, total = [], 0
+        while total <= MAX_CONFIG_BYTES:
+            chunk = os.read(fd, min(1 << 20, MAX_CONFIG_BYTES + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > MAX_CONFIG_BYTES:
+            raise ModelError(f"cannot read {shown}: more than the {MAX_CONFIG_BYTES >> 20} MiB a config.json may have")
+    except OSError as exc:
+        raise ModelError(f"cannot read {shown}: {_os_reason(exc)}") from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ModelError(f"cannot read {shown}: not UTF-8 (byte {exc.start})") from None
+    try:
+        cfg = json.loads(text, parse_int=_parse_int)
+    except json.JSONDecodeError as exc:
+        raise ModelError(f"cannot read {shown}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except RecursionError:
+        raise ModelError(f"cannot read {shown}: JSON nested too deeply") from None
+    except (ValueError, MemoryError) as exc:
+        raise ModelError(f"cannot read {shown}: not JSON ({type(exc).__name__})") from None
+    if not isinstance(cfg, dict):
+        raise ModelError(f"{shown}: not a JSON object")
+    return cfg
 
 
 def load_model(spec: str) -> ModelFacts:
     """A preset name or a path to config.json (or a directory holding one)."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ModelError(f"empty model name: give a config.json path or one of: {', '.join(preset_names())}")
     if os.path.isdir(spec):
         spec = os.path.join(spec, "config.json")
-    if spec.endswith(".json") or os.path.exists(spec):
-        try:
-            with open(spec, encoding="utf-8") as fh:
-                cfg = json.load(fh)
-        except FileNotFoundError:
-            raise ModelError(f"no such file: {spec}") from None
-        except (OSError, ValueError) as exc:
-            raise ModelError(f"cannot read {spec}: {exc}") from None
-        if not isinstance(cfg, dict):
-            raise ModelError(f"{spec}: not a JSON object")
-        return facts_from_config(cfg, spec)
+    if spec.endswith(".json") or os.path.lexists(spec):
+        return facts_from_config(read_config(spec), spec)
     found = find_preset(spec)
     if found is None:
-        raise ModelError(f"unknown model {spec!r}: give a config.json path or one of: {', '.join(preset_names())}")
+        from .settings import show_value
+
+        raise ModelError(f"unknown model {show_value(spec, 200)}: give a config.json path or one of: "
+                         f"{', '.join(preset_names())}")
     return found
