@@ -33,47 +33,81 @@ class UsageError(Exception):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2, no usage dump
+        # "argument --tp: --tp must be ..." -> "--tp must be ..." (our converters name the option)
+        head, sep, rest = message.partition(": ")
+        if sep and head.startswith("argument ") and rest.startswith(head[len("argument "):].split("/")[-1] + " "):
+            message = rest
         raise UsageError(message)
+
+
+# Upper bounds of the integer options (inclusive), checked on the text before any list is built:
+# far above every real deployment, low enough that a plan stays well under a second.
+_INT_BOUNDS = {
+    "--qo-heads": 4096, "--kv-heads": 4096, "--head-dim": 2048, "--v-head-dim": 2048,
+    "--tp": 1024, "--dcp": 1024, "--sms": 1024, "--max-capture-batch": 16384, "--max-num-seqs": 65536,
+    "--max-batched-tokens": 1 << 24, "--max-model-len": 1 << 27, "--draft-tokens": 128,
+    "--page-size": 65536, "--kv-dtype-bytes": 8, "--decode-blocks-per-sm": 64,
+}
+_DEFAULT_INT_BOUND = 1 << 24
+_MAX_CAPTURE_SIZES = 1024
+
+
+def _show(text) -> str:
+    from .settings import show_value
+    return show_value(text)
+
+
+def _bounded_int(name, text, lo):
+    """ASCII digits only, bounded by length before int(); ArgumentTypeError naming the option and its range."""
+    hi = _INT_BOUNDS.get(name, _DEFAULT_INT_BOUND)
+    what = "a positive integer" if lo == 1 else f"an integer >= {lo}"
+    t = text.strip() if isinstance(text, str) else ""
+    if t.isascii() and t.isdigit() and len(t) <= len(str(hi)) and lo <= int(t) <= hi:
+        return int(t)
+    raise argparse.ArgumentTypeError(f"{name} must be {what} ({lo} to {hi}), got {_show(text)}")
 
 
 def _positive(name):
     def conv(text):
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {text!r}") from None
-        if v <= 0:
-            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {text!r}")
-        return v
+        return _bounded_int(name, text, 1)
     return conv
 
 
 def _nonneg(name):
     def conv(text):
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer >= 0, got {text!r}") from None
-        if v < 0:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer >= 0, got {text!r}")
-        return v
+        return _bounded_int(name, text, 0)
     return conv
 
 
 def _sizes(text):
-    try:
-        vals = [int(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--capture-sizes must be comma-separated positive integers, got {text!r}") from None
-    if not vals or any(v <= 0 for v in vals):
-        raise argparse.ArgumentTypeError(f"--capture-sizes must be comma-separated positive integers, got {text!r}")
+    hi = _INT_BOUNDS["--max-capture-batch"]
+    msg = (f"--capture-sizes must be at most {_MAX_CAPTURE_SIZES} comma-separated integers from 1 to {hi}, "
+           f"got {_show(text)}")
+    if not isinstance(text, str) or len(text) > _MAX_CAPTURE_SIZES * 8:
+        raise argparse.ArgumentTypeError(msg)
+    parts = [x for x in text.replace(" ", "").split(",") if x]
+    if not parts or len(parts) > _MAX_CAPTURE_SIZES:
+        raise argparse.ArgumentTypeError(msg)
+    vals = []
+    for x in parts:
+        if not (x.isascii() and x.isdigit() and len(x) <= len(str(hi)) and 1 <= int(x) <= hi):
+            raise argparse.ArgumentTypeError(msg)
+        vals.append(int(x))
     return tuple(vals)
 
 
-def _version(text):
-    if not is_version(text):
-        raise argparse.ArgumentTypeError(f"--flashinfer must be a version such as 0.6.12 or 0.7.2.post1, got {text!r}")
-    return text
+def _version_of(name, example):
+    def conv(text):
+        from .settings import bounded_version
+        v = bounded_version(text)
+        if v is None:
+            raise argparse.ArgumentTypeError(f"{name} must be a version such as {example} "
+                                             f"(at most 64 characters), got {_show(text)}")
+        return v
+    return conv
+
+
+_version = _version_of("--flashinfer", "0.6.12 or 0.7.2.post1")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -126,18 +160,20 @@ def _fmt(n: int) -> str:
 def _resolve_gpu(a) -> Gpu:
     name = a.gpu or ("b300" if a.sms is None else None)
     cc = None
-    if a.cc:
-        try:
-            major, _, minor = a.cc.partition(".")
+    if a.cc is not None:
+        t = a.cc.strip()
+        major, _, minor = t.partition(".")
+        if (t.isascii() and major.isdigit() and len(major) <= 2 and (minor == "" or (minor.isdigit() and len(minor) == 1))
+                and 7 <= int(major) <= 19):
             cc = (int(major), int(minor or 0))
-        except ValueError:
-            raise UsageError(f"--cc must look like 9.0 or 10.0, got {a.cc!r}") from None
+        else:
+            raise UsageError(f"--cc must be a compute capability from 7.0 to 19.9 such as 9.0 or 10.0, got {_show(a.cc)}")
     if name is None:
         return Gpu(f"GPU with {a.sms} SMs", a.sms, cc or (9, 0))
     spec = find_spec(name)
     if spec is None:
         if a.sms is None:
-            raise UsageError(f"unknown GPU {name!r}: pass --sms N (and --cc X.Y), or one of: {', '.join(gpu_names())}")
+            raise UsageError(f"unknown GPU {_show(name)}: pass --sms N (and --cc X.Y), or one of: {', '.join(gpu_names())}")
         return Gpu(name, a.sms, cc or (9, 0))
     g = spec.gpu()
     if a.sms or cc:
@@ -173,7 +209,8 @@ def _parse_workspace(text: str) -> int:
     from .settings import parse_size
     n = parse_size(text)
     if n is None:
-        raise UsageError(f"--workspace must be a size such as 394MiB, 1GiB or a byte count, got {text!r}")
+        from .settings import SIZE_ACCEPTED
+        raise UsageError(f"--workspace must be {SIZE_ACCEPTED}, got {_show(text)}")
     return n
 
 
@@ -344,7 +381,7 @@ def run_doctor(out=sys.stdout) -> int:
         if os.environ.get(var) is not None:
             names = os.environ[var].split(",")
             ok = "flashinfer_guard" in names
-            w(f"{var}={os.environ[var]!r}: {'lists' if ok else 'does NOT list'} flashinfer_guard\n")
+            w(f"{var}={_show(os.environ[var])}: {'lists' if ok else 'does NOT list'} flashinfer_guard\n")
     w("settings   " + ", ".join(f"{k}={v}" for k, v in settings.describe().items()) + "\n")
     for warning in settings.warnings:
         w(f"warning    {warning}\n")
@@ -375,31 +412,125 @@ def run_presets(as_json: bool, out=sys.stdout) -> int:
     return 0
 
 
+def _check_args(a) -> None:
+    """What argparse's converters cannot see: empty names, versions of the framework."""
+    from .settings import bounded_version
+
+    model = getattr(a, "model", None)
+    if model is not None and not model.strip():
+        raise UsageError(f"--model must name a preset or a config.json path, got {_show(model)}")
+    gpu = getattr(a, "gpu", None)
+    if gpu is not None and not gpu.strip():
+        raise UsageError(f"--gpu must name a GPU, one of: {', '.join(gpu_names())}; got {_show(gpu)}")
+    fv = getattr(a, "framework_version", None)
+    if fv is not None:
+        v = bounded_version(fv)
+        if v is None:
+            raise UsageError("--framework-version must be a version such as 0.23.0 or 0.5.5 "
+                             f"(at most 64 characters), got {_show(fv)}")
+        a.framework_version = v
+
+
+def _strict_json(obj) -> str:
+    try:
+        return json.dumps(obj, indent=2, allow_nan=False)
+    except ValueError:
+        raise _InternalError("the result holds a number JSON cannot represent (NaN or infinity); "
+                             "not printing invalid JSON") from None
+
+
+class _InternalError(Exception):
+    pass
+
+
+def _one_line(text, limit: int = 600) -> str:
+    """A message as one printable line: non-printable characters escaped, the length bounded."""
+    t = str(text)
+    if len(t) > limit:
+        t = t[:limit] + "..."
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in t)
+
+
+def _error(message, code: int = 2) -> int:
+    try:
+        sys.stderr.write(f"flashinfer-guard: error: {_one_line(message)}\n")
+        sys.stderr.flush()
+    except Exception:  # no stderr either: the exit status still says it
+        pass
+    return code
+
+
+def _silence_stdout() -> None:
+    """Point fd 1 at /dev/null so that the interpreter's final flush cannot fail again."""
+    import os
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(fd, sys.stdout.fileno())
+        finally:
+            os.close(fd)
+    except Exception:
+        pass
+
+
+SIGPIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader went away
+
+
+def _emit(text: str) -> int:
+    """Write the whole report at once; a closed pipe ends quietly (141), other write errors in one line (1)."""
+    out = sys.stdout
+    if out is None:  # started with stdout closed (>&-)
+        return _error("cannot write to standard output: it is closed", 1)
+    try:
+        if text:
+            out.write(text)
+        out.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+        return SIGPIPE_EXIT
+    except OSError as exc:
+        _silence_stdout()
+        return _error(f"cannot write to standard output: {exc.strerror or type(exc).__name__}", 1)
+    except ValueError:  # I/O operation on a closed file
+        return _error("cannot write to standard output: it is closed", 1)
+    return 0
+
+
 def main(argv=None) -> int:
+    """The command. Exit 0 with the report on stdout, or 2 with one error line on stderr (1 for an
+    internal error or a failed write, 141 when the reader of a pipe went away); never a traceback."""
+    import io
+
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    out = io.StringIO()
+    code = 0
     try:
-        args = parser.parse_args(argv or ["plan"])
+        try:
+            args = parser.parse_args(argv or ["plan"])
+        except SystemExit as exc:  # --help / --version printed their text
+            status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+            return _emit("") or status
         if args.cmd in (None, "plan"):
             if args.cmd is None:
                 args = parser.parse_args(["plan"])
+            _check_args(args)
             result = run_plan(args)
             if args.json:
-                sys.stdout.write(json.dumps(result, indent=2) + "\n")
+                out.write(_strict_json(result) + "\n")
             else:
-                print_plan(result, args.all)
-            return 0
-        if args.cmd == "doctor":
-            return run_doctor()
-        if args.cmd == "presets":
-            return run_presets(args.json)
+                print_plan(result, args.all, out=out)
+        elif args.cmd == "doctor":
+            code = run_doctor(out=out)
+        elif args.cmd == "presets":
+            code = run_presets(args.json, out=out)
     except UsageError as exc:
-        sys.stderr.write(f"flashinfer-guard: error: {exc}\n")
-        return 2
+        return _error(exc)
     except ValueError as exc:  # layouts and limits validate themselves
-        sys.stderr.write(f"flashinfer-guard: error: {exc}\n")
-        return 2
-    return 0
+        return _error(exc)
+    except Exception as exc:  # a bug of ours: one line, not a traceback
+        return _error(f"internal error ({type(exc).__name__}: {exc}); please report it", 1)
+    return _emit(out.getvalue()) or code
 
 
 if __name__ == "__main__":
