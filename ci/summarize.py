@@ -32,5 +32,16 @@ def main(folder: str) -> int:
     return 1 if failed else 0
 
 
+def install_failure(name: str, folder: str) -> int:
+    """A report with one failed case for an environment that did not install."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    Path(folder, f"{name}.xml").write_text(
+        f'<testsuite name="{name}" tests="1" failures="1"><testcase classname="install" name="{name}">'
+        f'<failure message="environment install failed (see the log above)"/></testcase></testsuite>\n')
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--install-failure"]:
+        sys.exit(install_failure(sys.argv[2], sys.argv[3]))
     sys.exit(main(sys.argv[1]))

@@ -1,26 +1,32 @@
 #!/usr/bin/env bash
 # The project's test command (README, .ci/run): every suite, on the real thing.
 #
-#   1. core + conformance: guard_core's unit tests, and the planner model
-#      checked byte for byte against FlashInfer's own planner code, compiled
-#      from the headers of each release's wheel (tests/conformance);
+#   1. core + conformance: guard_core's unit and property tests,
+#      and the planner model checked byte for byte against FlashInfer's own
+#      planner code, compiled from the headers of each release's wheel;
 #   2. vLLM: the plugin inside the real vLLM lines (ci/vllm/run_tests.sh);
 #   3. SGLang: the plugin inside the real SGLang lines (ci/sglang/run_tests.sh).
 #
-# Environments live under ${FLASHINFER_GUARD_ENVS:-$HOME/.cache/flashinfer-guard/envs}
-# and are reused when complete; framework environments are deleted after their
-# suite when the disk runs short (see ci/lib.sh). Every suite runs even if an
-# earlier one failed; the exit code is non-zero if any failed. The last line is
-# the total: "TOTAL: N passed, M failed".
+# Every environment comes from a committed lock (ci/locks/, made by
+# ci/lock.sh) and proves itself before any test runs (ci/install_env.sh).
+# Environments, uv and uv's cache live under ~/.cache/flashinfer-guard
+# (FLASHINFER_GUARD_HOME; see ci/lib.sh; `bash ci/clean.sh` removes them).
+# Every suite runs even if an earlier one failed; the exit code is non-zero if
+# any failed. The last lines are the per-report counts and the total,
+# "TOTAL: N passed, M failed".
 #
 #   FLASHINFER_GUARD_SUITES="core vllm sglang"   (default: all)
+#   FLASHINFER_GUARD_REPORTS=DIR                 (default: .reports/<date-time>)
 set -uo pipefail
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$repo"
-export FLASHINFER_GUARD_REPORTS="${FLASHINFER_GUARD_REPORTS:-$(mktemp -d)}"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$FG_REPO"
+export FLASHINFER_GUARD_REPORTS="${FLASHINFER_GUARD_REPORTS:-$FG_REPO/.reports/$(date -u +%Y%m%d-%H%M%S)}"
+mkdir -p "$FLASHINFER_GUARD_REPORTS"
 suites="${FLASHINFER_GUARD_SUITES:-core vllm sglang}"
 status=0
 t0=$(date +%s)
+echo "=== reports (JUnit XML, scenario logs): $FLASHINFER_GUARD_REPORTS"
+echo "=== environments: $FG_ENVS (free disk: $(fg_free_gb "$FG_ENVS") GB)"
 
 for suite in $suites; do
   echo "=== suite: $suite ($(date -u +%H:%M:%S))"
@@ -36,6 +42,7 @@ for suite in $suites; do
   [ $rc -eq 0 ] || status=1
 done
 
-python3 "$repo/ci/summarize.py" "$FLASHINFER_GUARD_REPORTS" || status=1
+echo "=== reports: $FLASHINFER_GUARD_REPORTS"
+python3 "$FG_REPO/ci/summarize.py" "$FLASHINFER_GUARD_REPORTS" || status=1
 echo "total time $(( $(date +%s) - t0 )) s"
 exit $status

@@ -9,9 +9,10 @@
 # its tests when less than 40 GB of disk is free (each env is about 8-10 GB).
 set -uo pipefail
 
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-repo="$(cd "$here/../.." && pwd)"
-envs="${FLASHINFER_GUARD_ENVS:-$HOME/.cache/flashinfer-guard/envs}"
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+here="$FG_REPO/ci/sglang"
+repo="$FG_REPO"
+envs="$FG_ENVS"
 # 0.5.5: .pth bootstrap, FlashInfer 0.5.0, the seed's 384 MiB overflow.
 # 0.5.11: entry point, FlashInfer 0.6.8.post1 (< 0.6.16 and < 0.7.1): both guards act.
 # 0.5.23: FlashInfer 0.7.2: both guards stand down.
@@ -22,13 +23,18 @@ unset PYTHONDONTWRITEBYTECODE
 lines=("$@")
 [ ${#lines[@]} -gt 0 ] || read -r -a lines <<< "${FLASHINFER_GUARD_SGLANG_LINES:-0.5.5 0.5.11 0.5.23}"
 
-free_gb() { df -Pk "$1" | awk 'NR==2 {print int($4 / 1048576)}'; }
+free_gb() { fg_free_gb "$1"; }
 
 status=0
 for v in "${lines[@]}"; do
   echo "=== SGLang $v"
   start=$(date +%s)
-  py="$("$here/install.sh" "$v" | tail -n 1)" || { echo "install of SGLang $v failed"; status=1; continue; }
+  if ! py="$(bash "$here/install.sh" "$v" | tail -n 1)" || [ ! -x "$py" ]; then
+    echo "install of SGLang $v failed"
+    python3 "$repo/ci/summarize.py" --install-failure "sglang-$v" "$reports"
+    status=1
+    continue
+  fi
   echo "--- env ready in $(( $(date +%s) - start ))s: $py"
   start=$(date +%s)
   # each scenario is a fresh SGLang interpreter (mostly import time): one per core

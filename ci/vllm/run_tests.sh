@@ -18,10 +18,11 @@
 #                                         (about 9 GB each); also done when
 #                                         less than 12 GB stay free.
 set -uo pipefail
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+repo="$FG_REPO"
 lines="${FLASHINFER_GUARD_VLLM_LINES:-0.23.0 0.33.0 0.32.0}"
 reports="${FLASHINFER_GUARD_REPORTS:-$repo/.reports}"
-envs="${FLASHINFER_GUARD_ENVS:-$HOME/.cache/flashinfer-guard/envs}"
+envs="$FG_ENVS"
 mkdir -p "$reports"
 # every scenario is a fresh vLLM process: let Python cache bytecode (uv does
 # not compile at install), or each one recompiles vLLM and torch
@@ -33,6 +34,8 @@ for line in $lines; do
   t0=$(date +%s)
   if ! py="$(bash "$repo/ci/vllm/install.sh" "$line" | tail -n 1)" || [ ! -x "$py" ]; then
     echo "install of vLLM $line failed"
+    # one failure in the totals, with its cause above, not one per scenario
+    python3 "$repo/ci/summarize.py" --install-failure "vllm-$line" "$reports"
     status=1
     continue
   fi
@@ -46,7 +49,7 @@ for line in $lines; do
     "$py" -m pytest -q -p no:cacheprovider -rf tests/vllm "${select[@]}" \
       --junitxml="$reports/vllm-$line.xml" -o junit_suite_name="vllm-$line") || status=1
   echo "--- vLLM $line: install $(( t1 - t0 )) s, tests $(( $(date +%s) - t1 )) s"
-  free_gb=$(( $(df -Pk "$envs" | awk 'NR==2 {print $4}') / 1048576 ))
+  free_gb=$(fg_free_gb "$envs")
   if [ "${FLASHINFER_GUARD_VLLM_DELETE_ENVS:-0}" = 1 ] || [ "$free_gb" -lt 12 ]; then
     echo "deleting $envs/vllm-$line (free: ${free_gb} GB)"
     rm -rf "$envs/vllm-$line"
