@@ -31,6 +31,9 @@
 //                    capability, shared-memory limits and occupancy come from each request.
 //   -DFIG_REAL_CUDA  real CUDA runtime and the real decode kernel (decode.cuh) for occupancy;
 //                    request fields num_sms/cc/blocks_per_sm are ignored, the device decides.
+//   -DFIG_SHARED_LIB a shared library instead of a program (stubbed CUDA runtime as the
+//                    default): fig_request(json) -> json, the same protocol; used in-process by
+//                    tests/realcalls/standin.py under the frameworks' real plan() calls.
 // Signature macros (set by the build from the release's scheduler.cuh):
 //   FIG_HAS_COLOCATED  PrefillPlan takes num_colocated_ctas        (0.6.x+)
 //   FIG_HAS_UNIFORM    PrefillPlan takes uniform_q_len             (0.6.16+)
@@ -41,6 +44,7 @@
 //   {"id": str, "planner": "prefill"|"decode"|"sm90", "params": {...}, "verify": bool?}
 // one JSON object per stdout line
 //   {"id", "ok": true, "float_bytes", "int_bytes", "padded_batch_size", "cta_tile_q", "split_kv",
+//    "plan_info": [the planner's plan_info.ToVector()],
 //    "allocations": [{"name","buffer","bytes","align","offset"}, ...]}
 //   or {"id", "ok": false, "error": msg}.
 // Params (snake_case C++ names; missing ones take the defaults below; ones a release lacks are
@@ -385,6 +389,7 @@ struct Result {
   long long padded_batch_size = -1, cta_tile_q = -1;
   int split_kv = -1;
   std::vector<std::pair<std::string, long long>> plan_offsets;  // name -> plan_info offset
+  std::vector<int64_t> plan_info;  // the planner's plan_info.ToVector(), what plan() returns
   std::vector<Alloc> allocs;
 };
 
@@ -458,6 +463,7 @@ static std::string run_prefill(const Params& P, Sizes sz, Result& R) {
   R.padded_batch_size = info.padded_batch_size;
   R.cta_tile_q = info.cta_tile_q;
   R.split_kv = info.split_kv;
+  R.plan_info = info.ToVector();
   R.plan_offsets = {{"batch_prefill_request_indices", info.request_indices_offset},
                     {"batch_prefill_qo_tile_indices", info.qo_tile_indices_offset},
                     {"batch_prefill_kv_tile_indices", info.kv_tile_indices_offset},
@@ -532,6 +538,7 @@ static std::string run_decode(const Params& P, Sizes sz, Result& R) {
   if (st != cudaSuccess) return std::string("DecodePlan returned ") + cudaGetErrorString(st);
   R.padded_batch_size = info.padded_batch_size;
   R.split_kv = info.split_kv;
+  R.plan_info = info.ToVector();
   R.plan_offsets = {{"batch_decode_request_indices", info.request_indices_offset},
                     {"batch_decode_kv_tile_indices", info.kv_tile_indices_offset},
                     {"batch_decode_o_indptr", info.o_indptr_offset},
@@ -624,6 +631,7 @@ static std::string run_sm90(const Params& P, Sizes sz, Result& R) {
       head_dim_qk, head_dim_vo, page_size, causal, enable_cuda_graph, /*sizeof_dtype_o=*/2,
       /*stream=*/nullptr);
   if (st != cudaSuccess) return std::string("PrefillSM90Plan returned ") + cudaGetErrorString(st);
+  R.plan_info = info.ToVector();
   R.plan_offsets = {{"batch_prefill_sm90_qo_tile_indices", info.qo_tile_indices_offset},
                     {"batch_prefill_sm90_qo_offset", info.qo_indptr_offset},
                     {"batch_prefill_sm90_kv_offset", info.kv_indptr_offset},
@@ -754,6 +762,9 @@ static std::string handle(const JVal& req) {
   else out << ",\"cta_tile_q\":null";
   if (R.split_kv >= 0) out << ",\"split_kv\":" << (R.split_kv ? "true" : "false");
   else out << ",\"split_kv\":null";
+  out << ",\"plan_info\":[";
+  for (size_t k = 0; k < R.plan_info.size(); ++k) out << (k ? "," : "") << R.plan_info[k];
+  out << "]";
   out << ",\"allocations\":[";
   for (size_t k = 0; k < R.allocs.size(); ++k) {
     auto& a = R.allocs[k];
@@ -766,6 +777,40 @@ static std::string handle(const JVal& req) {
 }
 }  // namespace fig
 
+#ifdef FIG_SHARED_LIB
+// Shared-library build (tests/realcalls/standin.py loads it with ctypes): the same request/reply
+// protocol as the program below, one call per request, inside the test process.
+extern "C" {
+int fig_init() {
+  static bool done = false;
+  if (!done) {
+    fig::init_buffers();
+    done = true;
+  }
+  return 0;
+}
+const char* fig_request(const char* line) {
+  static std::string reply;
+  fig_init();
+  try {
+    std::string text(line ? line : "");
+    fig::JParser jp{text.data(), text.data() + text.size()};
+    fig::JVal req = jp.val();
+    reply = fig::handle(req);
+  } catch (const std::exception& e) {
+    reply = std::string("{\"id\":null,\"ok\":false,\"error\":") + fig::jstr(e.what()) + "}";
+  }
+  return reply.c_str();
+}
+int fig_has_colocated() {
+#ifdef FIG_HAS_COLOCATED
+  return 1;
+#else
+  return 0;
+#endif
+}
+}
+#else
 int main(int argc, char** argv) {
   std::ios::sync_with_stdio(false);
   fig::init_buffers();
@@ -801,3 +846,4 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+#endif  // FIG_SHARED_LIB

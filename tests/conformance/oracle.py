@@ -199,7 +199,11 @@ def _function_signature(text: str, name: str) -> str:
 
 def signature_features(version: str) -> dict:
     """What this release's PrefillPlan takes (read from its scheduler.cuh)."""
-    text = (fetch(version) / "include/flashinfer/attention/scheduler.cuh").read_text()
+    return features_of((fetch(version) / "include/flashinfer/attention/scheduler.cuh").read_text())
+
+
+def features_of(text: str) -> dict:
+    """What the PrefillPlan in this scheduler.cuh text takes."""
     sig = _function_signature(text, "PrefillPlan")
     params = {p.strip().split()[-1].lstrip("*&") for p in re.sub(r"//[^\n]*", "", sig).split(",")
               if p.strip()}
@@ -215,10 +219,15 @@ def signature_features(version: str) -> dict:
 
 
 def _flags(version: str, real_cuda: bool = False) -> list[str]:
-    feats = signature_features(version)
+    return flags_for(release_dir(version), signature_features(version), real_cuda, label=version)
+
+
+def flags_for(rdir: Path, feats: dict, real_cuda: bool = False, label: str = "") -> list[str]:
+    """nvcc flags for harness.cu against the headers under ``rdir`` (``include/`` and, where
+    present, ``cccl/`` as extracted by fetch(), or an installed flashinfer's ``data/``)."""
+    rdir = Path(rdir)
     if not feats["sm90_signature_known"]:
-        raise OracleError(f"{version}: unexpected PrefillSM90Plan signature; update harness.cu")
-    rdir = release_dir(version)
+        raise OracleError(f"{label or rdir}: unexpected PrefillSM90Plan signature; update harness.cu")
     flags = ["-std=c++17", "-O1", "-w", "-Xcompiler", "-w"]
     macro = {"num_colocated_ctas": "FIG_HAS_COLOCATED", "uniform_q_len": "FIG_HAS_UNIFORM",
              "fixed_uniform_q_len": "FIG_HAS_FIXED_UNIFORM", "kv_dtype_bytes": "FIG_HAS_KV_DTYPE"}

@@ -1,0 +1,1 @@
+"""FlashInfer planner stand-in for real-calls tests (see README.md)."""
