@@ -57,6 +57,13 @@ else
   fg_log "creating $env from ${lock#$FG_REPO/}"
   "$uv" venv --quiet --python "python$FG_PYTHON_VERSION" "$env" >&2 || fail "uv venv failed"
   "$uv" pip sync --quiet --require-hashes --python "$py" "$lock" >&2 || fail "install from ${lock#$FG_REPO/} failed"
+  # overlays by design (ci/check_env.py OVERLAYS) go in last, so their files win
+  for overlay in nvidia-cutlass-dsl-libs-cu13; do
+    if grep -q "^$overlay==" "$lock"; then
+      "$uv" pip install --quiet --require-hashes --no-deps --python "$py" --reinstall-package "$overlay" -r "$lock" >&2 \
+        || fail "reinstalling the overlay $overlay failed"
+    fi
+  done
   "$py" "$FG_REPO/ci/check_env.py" records >&2 || fail "two distributions write the same file (above); fix the lock (ci/lock.sh)"
   "$py" "$FG_REPO/ci/check_env.py" smoke "$framework" >&2 || fail "import smoke failed (above); the environment is broken"
   echo "$want" > "$marker"
