@@ -429,6 +429,9 @@ def _check_args(a) -> None:
             raise UsageError("--framework-version must be a version such as 0.23.0 or 0.5.5 "
                              f"(at most 64 characters), got {_show(fv)}")
         a.framework_version = v
+    ws = getattr(a, "workspace", None)
+    if ws is not None:
+        _parse_workspace(ws)  # one line naming --workspace and the accepted range
 
 
 def _strict_json(obj) -> str:
