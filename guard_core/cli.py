@@ -485,6 +485,13 @@ def _emit(text: str) -> int:
     if out is None:  # started with stdout closed (>&-)
         return _error("cannot write to standard output: it is closed", 1)
     try:
+        # a path or name that the terminal's encoding cannot show (undecodable bytes in a file name,
+        # PYTHONIOENCODING=ascii) is escaped, not an error
+        enc = getattr(out, "encoding", None) or "utf-8"
+        text = text.encode(enc, "backslashreplace").decode(enc, "replace")
+    except (LookupError, TypeError, ValueError):
+        pass
+    try:
         if text:
             out.write(text)
         out.flush()
