@@ -236,3 +236,18 @@ def test_property_cli_exit_0_valid_output_or_exit_2_one_line(argv, capsys):
     event(f"exit {rc}")
     assert_promise(rc, out, err, argv)
     assert elapsed < 10, (argv, elapsed)
+
+
+@pytest.mark.parametrize("raw_name,encoding,shown", [
+    (b"\xffdir", "utf-8", "\\udcff"),          # a file name that is not UTF-8
+    ("caf\u00e9".encode(), "ascii", "\\xe9"),   # a terminal that cannot show the name
+])
+def test_unprintable_names_in_the_report_are_escaped(tmp_path, raw_name, encoding, shown):
+    d = tmp_path / os.fsdecode(raw_name)
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"num_attention_heads": 32, "num_key_value_heads": 8,
+                                               "head_dim": 128}))
+    env = dict(os.environ, PYTHONIOENCODING=encoding)
+    r = subprocess.run(CMD + ["plan", "--model", str(d)], capture_output=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert shown.encode() in r.stdout and r.stderr == b""
