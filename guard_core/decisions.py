@@ -61,7 +61,24 @@ def describe_need(req: Requirement, buffer_bytes: int | None = None) -> str:
     return text
 
 
-def decide_workspace(
+def _with_notes(dec: WorkspaceDecision, requirement: Requirement | None) -> WorkspaceDecision:
+    """The core's notes (a rejected plan, an unknown fact, DCP heads) on the decision line."""
+    notes = tuple(requirement.notes) if requirement is not None else ()
+    if not notes:
+        return dec
+    from dataclasses import replace
+
+    return replace(dec, text=f"{dec.text} [{'; '.join(notes)}]", inputs={**dec.inputs, "notes": list(notes)})
+
+
+def decide_workspace(*args, **kwargs) -> WorkspaceDecision:
+    """How big to make the float workspace (see ``_decide_workspace``), with the
+    requirement's notes on the line."""
+    requirement = args[0] if args else kwargs.get("requirement")
+    return _with_notes(_decide_workspace(*args, **kwargs), requirement)
+
+
+def _decide_workspace(
     requirement: Requirement | None,
     *,
     framework: str,

@@ -162,3 +162,41 @@ def _sglang(facts: PlannerFacts, cc, kv_kind, tensor_core: bool):
         decode = "decode"
     prefill = _fa_backend(cc, q_kind, kv_kind, tensor_core_decode=False)
     return Planners(prefill=prefill, decode=decode), f"prefill {prefill.upper()}, decode {decode}"
+
+
+def size_choice(layout, limits, gpu, flashinfer_version: str, choice: PlannerChoice, caller: str,
+                kv_dtype_bytes_options=None):
+    """The requirement over every candidate of ``choice`` (the larger need wins).
+
+    With decode context parallel (``choice.decode_qo_heads_factor`` > 1) the
+    decode phase is sized with that many ranks' query heads. A missing fact
+    becomes the first note ("unknown: ...; sized for the larger need").
+    """
+    from dataclasses import replace as _replace
+
+    from .sizing import Planners as _P, compute_requirement, merge_requirements
+
+    layouts = [layout]
+    if kv_dtype_bytes_options:
+        layouts = [_replace(layout, kv_dtype_bytes=int(b)) for b in dict.fromkeys(kv_dtype_bytes_options)]
+    reqs = []
+    for lay in layouts:
+        for p in choice.candidates:
+            f = choice.decode_qo_heads_factor
+            if f > 1 and p.decode not in ("trtllm", "none"):
+                dlay = _replace(lay, num_qo_heads=lay.num_qo_heads * f)
+                d = compute_requirement(dlay, limits, gpu, flashinfer_version, _replace(p, prefill="none"), caller)
+                q = compute_requirement(lay, limits, gpu, flashinfer_version, _replace(p, decode="none"), caller)
+                strip = lambda r: _replace(r, notes=tuple(n for n in r.notes if "plans nothing" not in n))  # noqa: E731
+                r = merge_requirements([strip(d), strip(q)])
+                r = _replace(r, planners=p)
+            else:
+                r = compute_requirement(lay, limits, gpu, flashinfer_version, p, caller)
+            reqs.append(r)
+    notes = []
+    if choice.missing:
+        notes.append("unknown: " + ", ".join(choice.missing) + "; sized for the larger need")
+    if choice.decode_qo_heads_factor > 1:
+        notes.append(f"decode context parallel {choice.decode_qo_heads_factor}: decode plans "
+                     f"{layout.num_qo_heads * choice.decode_qo_heads_factor} query heads")
+    return merge_requirements(reqs, notes)

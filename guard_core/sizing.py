@@ -66,6 +66,14 @@ class ServingLimits:
     eager: bool = True
     max_model_len: int | None = None
     verify_in_graph: bool = True
+    # What a CUDA-graph capture size counts: "requests" (SGLang's batch sizes)
+    # or "tokens" (vLLM's cudagraph_capture_sizes: a verify graph of T tokens
+    # holds T // (1 + draft) requests).
+    capture_unit: str = "requests"
+    # Query tokens per request in a verify batch. None: 1 + draft_tokens
+    # (vLLM's num_speculative_tokens); SGLang's speculative_num_draft_tokens
+    # already counts the bonus token and is passed here as is.
+    verify_q_len: int | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "capture_sizes", tuple(sorted({int(b) for b in self.capture_sizes})))
@@ -77,6 +85,31 @@ class ServingLimits:
                 raise ValueError(f"{name} must be positive")
         if self.draft_tokens < 0:
             raise ValueError("draft_tokens must be >= 0")
+        if self.capture_unit not in ("requests", "tokens"):
+            raise ValueError(f"capture_unit must be 'requests' or 'tokens', got {self.capture_unit!r}")
+        if self.verify_q_len is not None and int(self.verify_q_len) < 1:
+            raise ValueError("verify_q_len must be >= 1")
+
+    @property
+    def verify_tokens(self) -> int:
+        """Query tokens per request in a speculative verify batch."""
+        return int(self.verify_q_len) if self.verify_q_len is not None else 1 + int(self.draft_tokens)
+
+    @property
+    def speculative(self) -> bool:
+        return self.verify_tokens > 1 and (self.draft_tokens > 0 or self.verify_q_len is not None)
+
+    def graph_requests(self, capture_size: int, q_len: int) -> int:
+        """Requests in a CUDA graph of ``capture_size`` with ``q_len`` query tokens each.
+
+        In tokens (vLLM) a graph holds ``capture_size // q_len`` requests, and
+        never more than max seqs (vLLM's capture batches take
+        ``min(tokens // q_len, max_num_reqs)``); in requests (SGLang) the
+        capture batch is the size itself, dummy requests included.
+        """
+        if self.capture_unit == "tokens":
+            return max(0, min(capture_size // q_len, self.max_num_seqs))
+        return capture_size
 
 
 @dataclass(frozen=True)
@@ -85,8 +118,9 @@ class Planners:
 
     prefill: ``fa2`` | ``fa3`` (SM90 backend, int buffer only) | ``none``
     (e.g. TRT-LLM-gen prefill). decode: ``fa2`` (tensor-core decode through
-    the prefill planner) | ``decode`` (CUDA-core decode planner) | ``trtllm``
-    / ``none`` (plans nothing in this buffer).
+    the prefill planner) | ``fa3`` (tensor-core decode on the SM90 backend,
+    int buffer only) | ``decode`` (CUDA-core decode planner) | ``trtllm`` /
+    ``none`` (plans nothing in this buffer). ``guard_core.dispatch`` chooses.
     """
 
     prefill: str = "fa2"
@@ -97,7 +131,7 @@ class Planners:
     def __post_init__(self):
         if self.prefill not in ("fa2", "fa3", "none", "trtllm"):
             raise ValueError(f"unknown prefill planner {self.prefill!r}")
-        if self.decode not in ("fa2", "decode", "trtllm", "none"):
+        if self.decode not in ("fa2", "fa3", "decode", "trtllm", "none"):
             raise ValueError(f"unknown decode planner {self.decode!r}")
 
 
@@ -245,91 +279,134 @@ def _long_kv_batch(chunks: int, max_requests: int, min_chunk_pages: int, max_pag
     return list(groups.items())
 
 
-def _scenarios(ctx, layout, limits, gpu, flashinfer_version, planners, caller, scenarios):
-    g = layout.gqa_group
+def _graph_scenarios(ctx, layout, limits, gpu, flashinfer_version, planners, caller, scenarios):
+    """CUDA-graph decode: each capture size, one query token per request."""
     uniform = _uniform_for(caller, flashinfer_version, planners)
+    if planners.decode not in ("fa2", "fa3", "decode"):
+        return
+    for size in limits.capture_sizes:
+        b = limits.graph_requests(size, 1)
+        if b < 1:
+            continue
+        if planners.decode == "fa2":
+            plan = ctx.fa2([(1, 1, b)], b, True, 1 if uniform else 0, uniform)
+        elif planners.decode == "fa3":
+            plan = ctx.fa3([(1, b)], b, True)
+        else:
+            plan = ctx.cuda_decode([(1, b)], True)
+        scenarios.append(Scenario("cuda_graph_decode", b, 1, plan, planners.decode))
+
+
+def _verify_scenarios(ctx, layout, limits, gpu, flashinfer_version, planners, caller, scenarios):
+    """Speculative verify graphs: ``verify_tokens`` query tokens per request."""
+    if not (limits.speculative and limits.verify_in_graph and planners.decode in ("fa2", "fa3", "decode")):
+        return
+    q = limits.verify_tokens
+    for size in limits.capture_sizes:
+        b = limits.graph_requests(size, q)
+        if b < 1:
+            continue
+        if planners.decode == "fa3":
+            plan, name = ctx.fa3([(q, b)], b * q, True), "fa3"
+        else:
+            plan, name = ctx.fa2([(q, 1, b)], b * q, True), "fa2"
+        scenarios.append(Scenario("cuda_graph_verify", b, q, plan, name))
+
+
+def _eager_decode_scenarios(ctx, layout, limits, gpu, flashinfer_version, planners, caller, scenarios):
+    """A decode batch outside CUDA graphs, split up to the planner's cap."""
+    if not limits.eager:
+        return
+    min_chunk_pages, max_pages = _page_bounds(layout, limits)
+    fa2_max_bs = max(0, 2 * gpu.num_sms) // layout.num_kv_heads
+    if planners.decode == "fa2":
+        kv = _long_kv_batch(fa2_max_bs, limits.max_num_seqs, min_chunk_pages, max_pages)
+        if kv:
+            groups = [(1, p, c) for p, c in kv]
+            n = sum(c for _, c in kv)
+            scenarios.append(Scenario("eager_decode", n, 1, ctx.fa2(groups, n, False), "fa2"))
+    elif planners.decode == "fa3":
+        n = max(1, limits.max_num_seqs)
+        scenarios.append(Scenario("eager_decode", n, 1, ctx.fa3([(1, n)], n, False), "fa3"))
+    elif planners.decode == "decode":
+        bps = planners.decode_blocks_per_sm or decode_blocks_per_sm_bound(layout, gpu)
+        cap = (bps * gpu.num_sms) // layout.num_kv_heads
+        kv = _long_kv_batch(cap, limits.max_num_seqs, min_chunk_pages, max_pages)
+        if kv:
+            n = sum(c for _, c in kv)
+            scenarios.append(Scenario("eager_decode", n, 1, ctx.cuda_decode(kv, False), "decode"))
+
+
+def _eager_prefill_scenarios(ctx, layout, limits, gpu, flashinfer_version, planners, caller, scenarios):
+    """A prefill/mixed batch up to the max batched tokens (one short prompt
+    against a long KV cache is the float worst case; a full batch of short
+    prompts the int worst case)."""
+    if not limits.eager:
+        return
+    g = layout.gqa_group
+    min_chunk_pages, max_pages = _page_bounds(layout, limits)
+    fa2_max_bs = max(0, 2 * gpu.num_sms) // layout.num_kv_heads
+    if planners.prefill == "fa2":
+        best = None
+        # one request of q tokens per tile: float grows with the CTA tile, so try the
+        # shortest query reaching each tile size the release can pick
+        seen_tiles = set()
+        cands = {1}
+        for th in (16, 32, 64, 128):
+            cands.add(max(1, -(-(th + 1) // g)))
+            cands.add(max(1, th // g))
+        for q in sorted(cands):
+            if q > limits.max_num_batched_tokens:
+                continue
+            cta = fm.cta_tile_q(flashinfer_version, q * g, layout.head_dim_vo, layout.head_dim_qk,
+                                layout.kv_dtype_bytes, gpu.cc[0], _optin_smem(gpu))
+            tiles = -(-(q * g) // cta)
+            if (cta, tiles) in seen_tiles:
+                continue
+            seen_tiles.add((cta, tiles))
+            chunks = fa2_max_bs // tiles if tiles else 0
+            max_req = max(1, min(limits.max_num_seqs, limits.max_num_batched_tokens // q))
+            kv = _long_kv_batch(chunks, max_req, min_chunk_pages, max_pages) if chunks else None
+            if not kv:
+                continue
+            groups = [(q, p, c) for p, c in kv]
+            n = sum(c for _, c in kv)
+            plan = ctx.fa2(groups, n * q, False)
+            if best is None or plan.float_bytes > best[0].float_bytes:
+                best = (plan, n, q)
+        # the int side: a full batch of short-KV prefills (no split, most tiles)
+        t = limits.max_num_batched_tokens
+        n = max(1, min(limits.max_num_seqs, t))
+        groups = [(1, 1, n - 1), (t - (n - 1), 1, 1)] if n > 1 else [(t, 1, 1)]
+        int_plan = ctx.fa2(groups, t, False)
+        if best is not None:
+            plan, n_best, q_best = best
+            if int_plan.int_bytes > plan.int_bytes:
+                plan = replace(plan, int_bytes=int_plan.int_bytes)
+            scenarios.append(Scenario("eager_prefill", n_best, q_best, plan, "fa2"))
+        else:
+            scenarios.append(Scenario("eager_prefill", n, t // n, int_plan, "fa2"))
+    elif planners.prefill == "fa3":
+        t = limits.max_num_batched_tokens
+        n = max(1, min(limits.max_num_seqs, t))
+        groups = [(1, n - 1), (t - (n - 1), 1)] if n > 1 else [(t, 1)]
+        scenarios.append(Scenario("eager_prefill", n, t // n, ctx.fa3(groups, t, False), "fa3"))
+
+
+def _page_bounds(layout, limits):
     min_chunk_pages = max(128 // layout.page_size, 1)
     max_pages = None
     if limits.max_model_len:
         max_pages = max(1, -(-int(limits.max_model_len) // layout.page_size))
+    return min_chunk_pages, max_pages
 
-    # CUDA-graph decode and verify
-    if planners.decode in ("fa2", "decode"):
-        for b in limits.capture_sizes:
-            if planners.decode == "fa2":
-                plan = ctx.fa2([(1, 1, b)], b, True, 1 if uniform else 0, uniform)
-            else:
-                plan = ctx.cuda_decode([(1, b)], True)
-            scenarios.append(Scenario("cuda_graph_decode", b, 1, plan, planners.decode))
-    if limits.draft_tokens and limits.verify_in_graph and planners.decode in ("fa2", "decode"):
-        q = 1 + limits.draft_tokens
-        for b in limits.capture_sizes:
-            plan = ctx.fa2([(q, 1, b)], b * q, True)
-            scenarios.append(Scenario("cuda_graph_verify", b, q, plan, "fa2"))
 
-    if limits.eager:
-        fa2_max_bs = max(0, 2 * gpu.num_sms) // layout.num_kv_heads
-        # eager decode: one query token per request, split up to the planner's cap
-        if planners.decode == "fa2":
-            kv = _long_kv_batch(fa2_max_bs, limits.max_num_seqs, min_chunk_pages, max_pages)
-            if kv:
-                groups = [(1, p, c) for p, c in kv]
-                n = sum(c for _, c in kv)
-                scenarios.append(Scenario("eager_decode", n, 1, ctx.fa2(groups, n, False), "fa2"))
-        elif planners.decode == "decode":
-            bps = planners.decode_blocks_per_sm or decode_blocks_per_sm_bound(layout, gpu)
-            cap = (bps * gpu.num_sms) // layout.num_kv_heads
-            kv = _long_kv_batch(cap, limits.max_num_seqs, min_chunk_pages, max_pages)
-            if kv:
-                n = sum(c for _, c in kv)
-                scenarios.append(Scenario("eager_decode", n, 1, ctx.cuda_decode(kv, False), "decode"))
-        # eager prefill
-        if planners.prefill == "fa2":
-            best = None
-            # one request of q tokens per tile: float grows with the CTA tile, so try the
-            # shortest query reaching each tile size the release can pick
-            seen_tiles = set()
-            cands = {1}
-            for th in (16, 32, 64, 128):
-                cands.add(max(1, -(-(th + 1) // g)))
-                cands.add(max(1, th // g))
-            for q in sorted(cands):
-                if q > limits.max_num_batched_tokens:
-                    continue
-                cta = fm.cta_tile_q(flashinfer_version, q * g, layout.head_dim_vo, layout.head_dim_qk,
-                                    layout.kv_dtype_bytes, gpu.cc[0], _optin_smem(gpu))
-                tiles = -(-(q * g) // cta)
-                if (cta, tiles) in seen_tiles:
-                    continue
-                seen_tiles.add((cta, tiles))
-                chunks = fa2_max_bs // tiles if tiles else 0
-                max_req = max(1, min(limits.max_num_seqs, limits.max_num_batched_tokens // q))
-                kv = _long_kv_batch(chunks, max_req, min_chunk_pages, max_pages) if chunks else None
-                if not kv:
-                    continue
-                groups = [(q, p, c) for p, c in kv]
-                n = sum(c for _, c in kv)
-                plan = ctx.fa2(groups, n * q, False)
-                if best is None or plan.float_bytes > best[0].float_bytes:
-                    best = (plan, n, q)
-            # the int side: a full batch of short-KV prefills (no split, most tiles)
-            t = limits.max_num_batched_tokens
-            n = max(1, min(limits.max_num_seqs, t))
-            groups = [(1, 1, n - 1), (t - (n - 1), 1, 1)] if n > 1 else [(t, 1, 1)]
-            int_plan = ctx.fa2(groups, t, False)
-            if best is not None:
-                plan, n_best, q_best = best
-                if int_plan.int_bytes > plan.int_bytes:
-                    plan = replace(plan, int_bytes=int_plan.int_bytes)
-                scenarios.append(Scenario("eager_prefill", n_best, q_best, plan, "fa2"))
-            else:
-                scenarios.append(Scenario("eager_prefill", n, t // n, int_plan, "fa2"))
-        elif planners.prefill == "fa3":
-            t = limits.max_num_batched_tokens
-            n = max(1, min(limits.max_num_seqs, t))
-            groups = [(1, n - 1), (t - (n - 1), 1)] if n > 1 else [(t, 1)]
-            scenarios.append(Scenario("eager_prefill", n, t // n, ctx.fa3(groups, t, False), "fa3"))
-
+_KINDS = (
+    ("CUDA-graph decode", _graph_scenarios),
+    ("CUDA-graph verify", _verify_scenarios),
+    ("eager decode", _eager_decode_scenarios),
+    ("eager prefill", _eager_prefill_scenarios),
+)
 
 
 def compute_requirement(
@@ -340,14 +417,21 @@ def compute_requirement(
     planners: Planners = Planners(),
     caller: str = "vllm",
 ) -> Requirement:
+    """The most bytes FlashInfer will ask of the workspace over every scenario.
+
+    Each scenario kind is sized on its own: a plan FlashInfer itself rejects in
+    one kind (e.g. a GQA group the CUDA-core decode kernels are not built for)
+    becomes a note and leaves the other kinds' needs intact.
+    """
     ctx = _Ctx(layout, gpu, flashinfer_version, planners, caller)
     scenarios: list[Scenario] = []
     notes: list[str] = []
-    try:
-        _scenarios(ctx, layout, limits, gpu, flashinfer_version, planners, caller, scenarios)
-    except fm.PlannerError as exc:
-        # FlashInfer itself rejects this configuration; there is nothing to size for it
-        notes.append(f"FlashInfer {flashinfer_version} rejects this plan: {exc}")
+    for label, kind in _KINDS:
+        try:
+            kind(ctx, layout, limits, gpu, flashinfer_version, planners, caller, scenarios)
+        except fm.PlannerError as exc:
+            # FlashInfer itself rejects this plan; the server fails there, not in the buffer
+            notes.append(f"{label}: FlashInfer {flashinfer_version} rejects the plan ({exc})")
     if planners.decode in ("trtllm", "none"):
         notes.append(f"decode plans nothing in this buffer ({planners.decode})")
     if planners.prefill in ("trtllm", "none"):
@@ -359,6 +443,23 @@ def compute_requirement(
         int_bytes=max((s.int_bytes for s in scenarios), default=0),
         scenarios=tuple(scenarios), dominant=dominant, flashinfer_version=flashinfer_version,
         layout=layout, gpu=gpu, planners=planners, notes=tuple(notes))
+
+
+def merge_requirements(requirements, extra_notes=()) -> Requirement:
+    """One requirement over several (alternative planner choices, or phases
+    sized on different layouts): every scenario kept, the largest dominates;
+    layout and planners are those of the requirement holding the dominant."""
+    reqs = list(requirements)
+    best = max(reqs, key=lambda r: (r.float_bytes, r.int_bytes))
+    scenarios = tuple(s for r in reqs for s in r.scenarios)
+    notes: list[str] = []
+    for n in (*extra_notes, *(n for r in reqs for n in r.notes)):
+        if n not in notes:
+            notes.append(n)
+    dominant = max(scenarios, key=lambda s: s.float_bytes, default=None)
+    return replace(best, scenarios=scenarios, dominant=dominant, notes=tuple(notes),
+                   float_bytes=max((s.float_bytes for s in scenarios), default=0),
+                   int_bytes=max((s.int_bytes for s in scenarios), default=0))
 
 
 def largest_fitting_capture(layout, limits, gpu, version, planners, caller, budget_bytes) -> int:

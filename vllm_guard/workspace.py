@@ -58,11 +58,15 @@ def _patch_backend(module) -> None:
 
     def make_get(orig):
         def _get_workspace_buffer(self, *args, **kwargs):
-            if getattr(self, "_workspace_buffer", None) is None:
-                buf = guarded(get_log(), "workspace", "workspace sizing", _allocate, self, module, default=None)
-                if buf is not None:
-                    self._workspace_buffer = buf
-            return orig(self, *args, **kwargs)
+            if getattr(self, "_workspace_buffer", None) is not None:
+                return orig(self, *args, **kwargs)
+            plan = guarded(get_log(), "workspace", "workspace sizing", _plan_allocation, self, module, default=None)
+            if plan is None:
+                return orig(self, *args, **kwargs)
+            with _raised_size_source(module, plan):
+                buf = orig(self, *args, **kwargs)
+            guarded(get_log(), "workspace", "workspace sizing", _settle, self, module, plan, buf)
+            return getattr(self, "_workspace_buffer", None) if getattr(self, "_workspace_buffer", None) is not None else buf
 
         return _get_workspace_buffer
 
@@ -72,10 +76,8 @@ def _patch_backend(module) -> None:
     if callable(getattr(cls, "set_workspace_buffer", None)):
         def make_set(orig):
             def set_workspace_buffer(self, workspace_buffer, *args, **kwargs):
-                own = guarded(get_log(), "workspace", "workspace sizing (shared buffer)",
-                              _check_shared, self, module, workspace_buffer, default=None)
-                if own is not None:
-                    workspace_buffer = own
+                guarded(get_log(), "workspace", "workspace sizing (shared buffer)",
+                        _grow_shared, self, module, workspace_buffer)
                 return orig(self, workspace_buffer, *args, **kwargs)
 
             return set_workspace_buffer
@@ -89,6 +91,9 @@ def _patch_backend(module) -> None:
 def server_bytes(builder, module) -> tuple[int | None, int | None]:
     """(what vLLM would allocate, the user-set native size or None).
 
+    Used for the decision's numbers only: the buffer itself is allocated by
+    vLLM's own code, with its size source raised where the need is larger, and
+    the size vLLM really allocated is what the log line reports.
     None for the first item when vLLM runs batch-invariant (fixed split
     sizes, split-KV disabled: no planner scratch to size).
     """
@@ -117,79 +122,158 @@ def _max_num_seqs(builder) -> int:
     return int(v if v is not None else builder.vllm_config.scheduler_config.max_num_seqs)
 
 
-def _kv_dtype_bytes(builder) -> int:
-    dt = getattr(builder, "kv_cache_dtype", None)
-    size = getattr(dt, "itemsize", None)
-    if isinstance(size, int) and size > 0:
-        return size
-    return 1  # fp8 / nvfp4 strings
+_MISSING = object()
 
 
-def describe(builder, gpu):
-    """(AttentionLayout, ServingLimits, Planners) of this builder."""
-    from guard_core.sizing import AttentionLayout, Planners, ServingLimits
+def _kv_dtype(builder, vc):
+    """The KV-cache dtype as vLLM plans with it (a torch dtype, 'nvfp4', a
+    cache_dtype string), or None when nothing says."""
+    for v in (getattr(builder, "kv_cache_dtype", None), getattr(builder, "cache_dtype", None),
+              getattr(getattr(vc, "cache_config", None), "cache_dtype", None)):
+        if v is not None:
+            return v
+    return None
+
+
+def _trtllm_facts(builder):
+    """(TRT-LLM attention usable, TRT-LLM decode) as the builder decided, None where unknown."""
+    dec = getattr(builder, "use_trtllm_decode_attention", _MISSING)
+    if dec is _MISSING:
+        return None, None
+    return bool(dec), bool(dec)
+
+
+def _capture_sizes(builder, vc, draft, max_seqs, missing):
+    """CUDA-graph capture sizes (tokens) this builder plans for; where the
+    builder does not say, the config's, and where that is unknown too, every
+    size up to vLLM's own ceiling (the larger need)."""
+    comp = getattr(vc, "compilation_config", None)
+    sizes = tuple(int(s) for s in (getattr(comp, "cudagraph_capture_sizes", None) or ()))
+    enabled = getattr(builder, "enable_cuda_graph", _MISSING)
+    if enabled is _MISSING:
+        mode = getattr(comp, "cudagraph_mode", None)
+        decode_mode = getattr(mode, "decode_mode", None)
+        try:
+            enabled = str(getattr(decode_mode(), "name", decode_mode())) == "FULL" if callable(decode_mode) else None
+        except Exception:
+            enabled = None
+        if enabled is None:
+            missing.append("enable_cuda_graph")
+            enabled = True
+    if not enabled:
+        return ()
+    max_bs = getattr(builder, "_decode_cudagraph_max_bs", _MISSING)
+    if max_bs is _MISSING or not max_bs:
+        if max_bs is _MISSING:
+            missing.append("_decode_cudagraph_max_bs")
+        max_bs = (1 + draft) * max_seqs
+        cap = getattr(comp, "max_cudagraph_capture_size", None)
+        if isinstance(cap, int) and cap > 0:
+            max_bs = min(max_bs, cap)
+    max_bs = int(max_bs)
+    capture = tuple(s for s in sizes if s <= max_bs)
+    if not sizes:
+        missing.append("cudagraph_capture_sizes")
+        capture = tuple(range(1, max_bs + 1))
+    return capture or (max_bs,)
+
+
+def facts(builder, gpu):
+    """What the core needs about this builder: (AttentionLayout, ServingLimits,
+    PlannerFacts, kv dtype bytes options, missing facts)."""
+    from guard_core.dispatch import PlannerFacts, dtype_bytes, dtype_kind
+    from guard_core.sizing import AttentionLayout, ServingLimits
 
     vc = builder.vllm_config
-    dcp = int(getattr(builder, "dcp_world_size", 1) or 1)
+    missing: list[str] = []
+    dcp = getattr(builder, "dcp_world_size", _MISSING)
+    if dcp is _MISSING:
+        dcp = getattr(getattr(vc, "parallel_config", None), "decode_context_parallel_size", None)
+        if dcp is None:
+            missing.append("dcp_world_size")
+            dcp = 1
+    dcp = max(1, int(dcp or 1))
     spec = getattr(builder, "kv_cache_spec", None)
     head_dim = int(builder.head_dim)
     head_dim_vo = getattr(spec, "head_size_v", None) or head_dim
     window_left = getattr(builder, "window_left", -1)
+    kv = _kv_dtype(builder, vc)
+    kind = dtype_kind(kv)
+    if kind is None:
+        missing.append(f"KV-cache dtype ({kv!r})")
+    kv_bytes = dtype_bytes(kind)
     layout = AttentionLayout(
-        num_qo_heads=int(builder.num_qo_heads) * dcp,  # DCP plans with all ranks' heads
+        num_qo_heads=int(builder.num_qo_heads),
         num_kv_heads=int(builder.num_kv_heads),
         head_dim_qk=head_dim,
         head_dim_vo=int(head_dim_vo),
         page_size=int(builder.page_size),
-        kv_dtype_bytes=_kv_dtype_bytes(builder),
+        kv_dtype_bytes=kv_bytes or 2,
         window_left=int(window_left) if isinstance(window_left, int) else -1,
     )
-
-    nvfp4 = bool(getattr(builder, "is_kvcache_nvfp4", False))
-    trtllm_decode = bool(getattr(builder, "use_trtllm_decode_attention", False))
-    if nvfp4:
-        planners = Planners(prefill="trtllm", decode="trtllm")
-    else:
-        sm90 = gpu is not None and tuple(gpu.cc) == (9, 0)
-        prefill = "fa3" if sm90 else "fa2"  # prefill wrappers' "auto" backend
-        if trtllm_decode:
-            decode = "trtllm"
-        elif sm90 and layout.kv_dtype_bytes == 1:
-            decode = "none"  # FP8 tensor-core decode on SM90 runs FA3 (int buffer only)
-        else:
-            decode = "fa2"  # vLLM decodes with tensor cores: the prefill planner
-        planners = Planners(prefill=prefill, decode=decode)
+    trt_usable, trt_decode = _trtllm_facts(builder)
+    if trt_usable is None:
+        missing.append("use_trtllm_decode_attention")
+    pfacts = PlannerFacts(
+        framework="vllm", cc=tuple(gpu.cc) if gpu is not None else None,
+        kv_dtype=str(kv) if kind is not None else None,
+        trtllm_attention=trt_usable, trtllm_decode=trt_decode, dcp_size=dcp, tensor_core_decode=True)
 
     spec_cfg = getattr(vc, "speculative_config", None)
     draft = int(getattr(spec_cfg, "num_speculative_tokens", 0) or 0) if spec_cfg is not None else 0
-    capture: tuple[int, ...] = ()
-    max_bs = getattr(builder, "_decode_cudagraph_max_bs", None)
-    if getattr(builder, "enable_cuda_graph", False) and max_bs:
-        sizes = getattr(vc.compilation_config, "cudagraph_capture_sizes", None) or ()
-        capture = tuple(int(s) for s in sizes if int(s) <= int(max_bs))
-        if not capture:
-            capture = (int(max_bs),)
-    threshold = int(getattr(builder, "reorder_batch_threshold", 1) or 1)
+    max_seqs = _max_num_seqs(builder)
+    capture = _capture_sizes(builder, vc, draft, max_seqs, missing)
+    threshold = getattr(builder, "reorder_batch_threshold", _MISSING)
+    if threshold is _MISSING or threshold is None:
+        verify_in_graph = True  # unknown: the larger need
+        if draft:
+            missing.append("reorder_batch_threshold")
+    else:
+        # verify batches run through FlashInfer's decode graphs only when the
+        # builder treats spec tokens as decodes
+        verify_in_graph = int(threshold) > 1
     limits = ServingLimits(
         capture_sizes=capture,
-        max_num_seqs=_max_num_seqs(builder),
+        max_num_seqs=max_seqs,
         max_num_batched_tokens=_max_num_batched_tokens(builder),
         draft_tokens=draft,
         eager=True,
         max_model_len=int(getattr(builder.model_config, "max_model_len", 0) or 0) or None,
-        # verify batches run through FlashInfer's decode graphs only when
-        # the builder treats spec tokens as decodes without TRT-LLM
-        verify_in_graph=threshold > 1 and planners.decode != "trtllm",
+        verify_in_graph=verify_in_graph,
+        capture_unit="tokens",
     )
-    return layout, limits, planners
+    kv_options = None if kv_bytes else (2, 1)
+    return layout, limits, pfacts, kv_options, missing
+
+
+def requirement(builder, gpu, fi):
+    """The core's Requirement for this builder (planners from guard_core.dispatch)."""
+    from guard_core.dispatch import choose_planners, size_choice
+
+    layout, limits, pfacts, kv_options, missing = facts(builder, gpu)
+    choice = choose_planners(pfacts)
+    req = size_choice(layout, limits, gpu, fi, choice, "vllm", kv_options)
+    gone = list(dict.fromkeys([*missing, *choice.missing]))
+    if gone:
+        get_log().warning_once(
+            "workspace-missing:" + ",".join(gone),
+            f"workspace: vLLM builder does not say {', '.join(gone)}; sized for the larger need")
+    return req
+
+
+def describe(builder, gpu):
+    """(AttentionLayout, ServingLimits, Planners) of this builder (the dominant candidate)."""
+    from guard_core.dispatch import choose_planners
+
+    layout, limits, pfacts, _, _ = facts(builder, gpu)
+    return layout, limits, choose_planners(pfacts).planners
 
 
 def decide(builder, module):
-    """The WorkspaceDecision for this builder, or None (stand down silently)."""
+    """(WorkspaceDecision or None, what vLLM would allocate)."""
     from guard_core import gpus
     from guard_core.decisions import decide_workspace
     from guard_core.settings import get_settings
-    from guard_core.sizing import compute_requirement
     from guard_core.versions import flashinfer_version
 
     settings = get_settings()
@@ -209,49 +293,113 @@ def decide(builder, module):
             f"left to vLLM ({server / (1 << 20):.0f} MiB)",
         )
         return None, server
-    requirement = None
-    layout = None
-    if gpu is not None:
-        layout, limits, planners = describe(builder, gpu)
-        requirement = compute_requirement(layout, limits, gpu, fi, planners, caller="vllm")
+    req = requirement(builder, gpu, fi) if gpu is not None else None
     dec = decide_workspace(
-        requirement, framework="vLLM", server_bytes=server, user_bytes=user, user_var=NATIVE_VAR,
-        settings=settings, flashinfer_version=fi, layout=layout, gpu=gpu,
+        req, framework="vLLM", server_bytes=server, user_bytes=user, user_var=NATIVE_VAR,
+        settings=settings, flashinfer_version=fi, layout=req.layout if req else None, gpu=gpu,
     )
     return dec, server
 
 
-def _allocate(builder, module):
-    """Our buffer when it must be larger than vLLM's, else None (vLLM allocates)."""
+# --- applying -------------------------------------------------------------
+
+class _Plan:
+    __slots__ = ("decision", "server", "target")
+
+    def __init__(self, decision, server, target):
+        self.decision, self.server, self.target = decision, server, target
+
+
+def _plan_allocation(builder, module):
+    """What to do before vLLM allocates: None (stand down) or a _Plan whose
+    target, when set, is the size vLLM's own size source must give."""
     dec, server = decide(builder, module)
     if dec is None:
         return None
+    target = dec.allocate_bytes if dec.allocate_bytes > (server or 0) else None
+    if target is None:
+        get_log().decision(dec, key="workspace:" + dec.line)
+    return _Plan(dec, server, target)
+
+
+class _raised_size_source:
+    """For the duration of vLLM's own allocation, vLLM's size source
+    (``envs.VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE``, read through the envs
+    module's ``__getattr__``) answers at least the target. vLLM's own rules
+    (batch invariance, the 0.26+ heuristic, a larger user size) still apply on
+    top; the environment itself is never touched."""
+
+    def __init__(self, module, plan):
+        self.envs = getattr(module, "envs", None)
+        self.target = plan.target if plan is not None else None
+        self.had = False
+        self.old = None
+
+    def __enter__(self):
+        if self.target is None or self.envs is None:
+            self.target = None
+            return self
+        d = self.envs.__dict__
+        self.had, self.old = NATIVE_VAR in d, d.get(NATIVE_VAR)
+        current = int(getattr(self.envs, NATIVE_VAR))
+        setattr(self.envs, NATIVE_VAR, max(current, int(self.target)))
+        return self
+
+    def __exit__(self, *exc):
+        if self.target is None:
+            return False
+        try:
+            if self.had:
+                setattr(self.envs, NATIVE_VAR, self.old)
+            else:
+                delattr(self.envs, NATIVE_VAR)
+        except Exception:
+            pass
+        return False
+
+
+def _nbytes(buf) -> int:
+    return int(buf.numel() * buf.element_size())
+
+
+def _settle(builder, module, plan, buf) -> None:
+    """After vLLM allocated: the line with what it really allocated; where the
+    buffer is still below the target (vLLM sized it some other way), grow it."""
+    if plan.target is None or buf is None:
+        return
+    have = _nbytes(buf)
+    dec = plan.decision
+    if have < plan.target:
+        _grow(buf, plan.target)
+        get_log().warning_once(
+            "workspace-grown:" + dec.line,
+            f"workspace: vLLM allocated {have / (1 << 20):.0f} MiB despite the raised size; "
+            f"grown in place to {plan.target / (1 << 20):.0f} MiB")
     get_log().decision(dec, key="workspace:" + dec.line)
-    if dec.allocate_bytes <= server:
-        return None
-    import torch
-
-    return torch.zeros(dec.allocate_bytes, dtype=torch.uint8, device=builder.device)
 
 
-def _check_shared(builder, module, buffer):
-    """A builder handed a shared buffer (V2 model runner): keep sharing when
-    it holds this builder's need (and an explicit size), else give this
-    builder its own buffer, as large as it would have allocated itself."""
+def _grow(buf, size: int) -> None:
+    """Grow a workspace tensor in place: every holder of this tensor (the
+    builder, FlashInfer wrappers made from it) sees the larger buffer."""
+    buf.resize_(int(size))
+
+
+def _grow_shared(builder, module, buffer) -> None:
+    """A builder handed a shared buffer (V2 model runner): one buffer for all.
+    When this builder needs more than it holds, grow that same buffer (before
+    any CUDA graph is captured, as vLLM shares it at initialisation) instead of
+    giving this builder a copy."""
     dec, server = decide(builder, module)
     if dec is None or dec.action == "off":
-        return None
-    have = int(buffer.numel() * buffer.element_size())
+        return
+    have = _nbytes(buffer)
     need = int(dec.numbers.get("need_bytes", 0))
     floor = dec.allocate_bytes if dec.action == "size" else need
     if have >= floor:
-        return None
-    own = max(dec.allocate_bytes, server)
+        return
+    target = max(dec.allocate_bytes, floor)
+    _grow(buffer, target)
     get_log().info_once(
         "workspace-shared:" + dec.line,
-        f"workspace: shared buffer of {have / (1 << 20):.0f} MiB is below this builder's need "
-        f"({need / (1 << 20):.1f} MiB); giving it its own {own / (1 << 20):.0f} MiB",
-    )
-    import torch
-
-    return torch.zeros(own, dtype=torch.uint8, device=builder.device)
+        f"workspace: shared buffer grown {have / (1 << 20):.0f} MiB -> {target / (1 << 20):.0f} MiB "
+        f"for this builder's need ({need / (1 << 20):.1f} MiB)")

@@ -148,7 +148,13 @@ def test_planner_errors_are_reported():
 def test_unsupported_decode_group_is_a_note_not_a_crash():
     req = compute_requirement(AttentionLayout(40, 8, 128), ServingLimits(capture_sizes=(8,)), lookup_gpu("h100"),
                               "0.6.12", Planners(decode="decode"))
-    assert req.float_bytes == 0 and "Unsupported group_size: 5" in req.notes[0]
+    # the rejected decode plans are notes; the other kinds keep their need (eager prefill here)
+    assert any(n.startswith("CUDA-graph decode:") and "Unsupported group_size: 5" in n for n in req.notes)
+    assert any(n.startswith("eager decode:") for n in req.notes)
+    assert req.float_bytes > 0 and req.dominant.name == "eager_prefill"
+    alone = compute_requirement(AttentionLayout(40, 8, 128), ServingLimits(capture_sizes=(8,)), lookup_gpu("h100"),
+                                "0.6.12", Planners(decode="none"))
+    assert req.float_bytes == alone.float_bytes
     assert fm.decode_group_sizes("0.6.17") == {1, 2, 3, 4, 8}
     assert fm.decode_group_sizes("0.6.18") == {1, 2, 3, 4, 6, 8}
     assert 16 in fm.decode_group_sizes("0.7.1")

@@ -375,7 +375,7 @@ def sc_workspace(args) -> None:
         def boom(*a, **k):
             raise RuntimeError("injected fault")
 
-        vllm_guard.workspace.describe = boom
+        vllm_guard.workspace.facts = boom
     allow_static_graphs()
     if args.capture:
         builder, vc = build_builder(max_num_seqs=args.capture, capture=args.capture)
@@ -409,9 +409,11 @@ def sc_shared(args) -> None:
     allow_static_graphs()
     builder, vc = build_builder()
     small = torch.zeros(394 * MIB, dtype=torch.uint8)
+    other = torch.zeros(0, dtype=torch.uint8).set_(small.untyped_storage())  # another holder of the buffer
     builder.set_workspace_buffer(small)
     buf = builder._get_workspace_buffer()
-    result(allocated=int(buf.numel()), kept_shared=buf is small, core=core_need(builder, vc))
+    result(allocated=int(buf.numel()), kept_shared=buf is small, core=core_need(builder, vc),
+           other_holder_bytes=int(other.untyped_storage().nbytes()))
 
 
 # --- loading, env validation ----------------------------------------------------

@@ -1,0 +1,97 @@
+"""guard_core.dispatch: which FlashInfer planner serves each phase, and the
+sizing fixes from issue 8 (FP8 KV on SM90, DCP on SM100, verify units,
+missing facts, per-kind errors). The rules themselves are checked against the
+frameworks' real plan() calls in tests/vllm and tests/sglang (real calls)."""
+
+from guard_core.dispatch import PlannerFacts, choose_planners, dtype_kind, size_choice
+from guard_core.gpus import lookup_gpu
+from guard_core.sizing import AttentionLayout, ServingLimits, compute_requirement, Planners
+
+MIB = 1 << 20
+QWEN35 = AttentionLayout(32, 2, 256, page_size=16)
+SEED_NEED = 538_441_728  # 513.5 MiB: FlashInfer 0.6.12, CUDA-graph batch 512
+
+
+def planners(**kw):
+    return choose_planners(PlannerFacts(**kw)).candidates
+
+
+def test_dtype_kinds():
+    assert dtype_kind("auto") == "16bit" and dtype_kind("torch.bfloat16") == "16bit"
+    assert dtype_kind("fp8_e4m3") == "fp8" and dtype_kind("torch.float8_e4m3fn") == "fp8"
+    assert dtype_kind("nvfp4") == "fp4" and dtype_kind("mystery") is None and dtype_kind(None) is None
+
+
+def test_vllm_sm90_fp8_kv_runs_fa2_in_both_phases():
+    # the query stays BF16 (no TRT-LLM on SM90): FA3 refuses FP8 KV with a 16-bit query
+    assert planners(framework="vllm", cc=(9, 0), kv_dtype="fp8", trtllm_attention=False) == (
+        Planners(prefill="fa2", decode="fa2"),)
+    # BF16 KV on SM90: prefill auto -> FA3, tensor-core decode -> FA2 (no FP8 involved)
+    assert planners(framework="vllm", cc=(9, 0), kv_dtype="auto", trtllm_attention=False) == (
+        Planners(prefill="fa3", decode="fa2"),)
+
+
+def test_vllm_sm90_fp8_kv_need_is_the_seed_not_zero():
+    gpu = lookup_gpu("h200")
+    choice = choose_planners(PlannerFacts("vllm", (9, 0), kv_dtype="fp8_e4m3", trtllm_attention=False))
+    req = size_choice(QWEN35, ServingLimits(capture_sizes=(512,), max_num_seqs=512, capture_unit="tokens"),
+                      gpu, "0.6.12", choice, "vllm", (1,))
+    assert req.float_bytes > 394 * MIB and req.dominant.name == "cuda_graph_decode"
+
+
+def test_vllm_sm100_trtllm_decode_only_without_dcp():
+    assert planners(framework="vllm", cc=(10, 0), trtllm_attention=True) == (
+        Planners(prefill="trtllm", decode="trtllm"),)
+    c = choose_planners(PlannerFacts("vllm", (10, 0), trtllm_attention=True, dcp_size=2))
+    assert c.candidates == (Planners(prefill="trtllm", decode="fa2"),) and c.decode_qo_heads_factor == 2
+
+
+def test_vllm_dcp_decode_plans_all_ranks_heads():
+    gpu = lookup_gpu("b200")
+    per_rank = AttentionLayout(16, 2, 256, page_size=16)
+    limits = ServingLimits(capture_sizes=(512,), max_num_seqs=512, capture_unit="tokens", eager=False)
+    c = choose_planners(PlannerFacts("vllm", (10, 0), trtllm_attention=True, dcp_size=2))
+    req = size_choice(per_rank, limits, gpu, "0.6.12", c, "vllm")
+    alone = compute_requirement(QWEN35, limits, gpu, "0.6.12", Planners("fa2", "fa2"))
+    assert req.float_bytes == alone.float_bytes > 394 * MIB
+    assert any("decode context parallel 2" in n for n in req.notes)
+
+
+def test_unknown_facts_take_the_larger_need_and_are_named():
+    c = choose_planners(PlannerFacts("vllm", (10, 0), kv_dtype=None, trtllm_attention=None))
+    assert "TRT-LLM attention availability" in c.missing and any("KV-cache dtype" in m for m in c.missing)
+    assert Planners(prefill="fa2", decode="fa2") in c.candidates
+    gpu = lookup_gpu("b200")
+    req = size_choice(QWEN35, ServingLimits(capture_sizes=(512,), max_num_seqs=512, capture_unit="tokens"),
+                      gpu, "0.6.12", c, "vllm", (2, 1))
+    assert req.float_bytes >= SEED_NEED * 0.9 and req.notes[0].startswith("unknown:")
+
+
+def test_sglang_tensor_core_decode_choice():
+    assert planners(framework="sglang", cc=(9, 0), tensor_core_decode=False)[0].decode == "decode"
+    assert planners(framework="sglang", cc=(8, 9), tensor_core_decode=True)[0].decode == "fa2"
+    both = planners(framework="sglang", cc=(8, 9), tensor_core_decode=None)
+    assert {p.decode for p in both} == {"fa2", "decode"}
+
+
+def test_vllm_verify_counts_tokens_and_clamps_by_max_seqs():
+    """--draft-tokens 3 --max-num-seqs 128: a 512-token verify graph is 128 requests of 4 tokens."""
+    gpu = lookup_gpu("b300")
+    limits = ServingLimits(capture_sizes=(512,), max_num_seqs=128, draft_tokens=3, capture_unit="tokens")
+    req = compute_requirement(QWEN35, limits, gpu, "0.6.12", Planners("fa2", "fa2"))
+    verify = [s for s in req.scenarios if s.name == "cuda_graph_verify"]
+    assert [(s.batch, s.q_len) for s in verify] == [(128, 4)]
+    assert req.float_bytes < 600 * MIB  # was 2054 MiB when sized as 512 requests of 4 tokens
+
+
+def test_sglang_draft_tokens_already_count_the_bonus_token():
+    gpu = lookup_gpu("h200")
+    limits = ServingLimits(capture_sizes=(64,), verify_q_len=4, draft_tokens=3)
+    req = compute_requirement(AttentionLayout(64, 8, 128), limits, gpu, "0.5.0", Planners("fa2", "fa2"), "sglang")
+    assert {(s.batch, s.q_len) for s in req.scenarios if s.name == "cuda_graph_verify"} == {(64, 4)}
+
+
+def test_fa3_decode_plans_int_only():
+    req = compute_requirement(QWEN35, ServingLimits(capture_sizes=(512,), eager=False), lookup_gpu("h200"),
+                              "0.6.12", Planners("fa3", "fa3"))
+    assert req.float_bytes == 0 and req.int_bytes > 0
