@@ -178,7 +178,7 @@ def _what(value) -> str:
     if isinstance(value, _BigInt):
         return f"a {len(value)}-digit number"
     if isinstance(value, float):
-        return "not a finite number" if value != value or value in (float("inf"), float("-inf")) else "a fraction"
+        return "not a finite number" if value != value or value in (float("inf"), float("-inf")) else "a decimal number, not an integer"
     if isinstance(value, int):
         return "out of range"
     return {str: "a string", list: "a list", dict: "an object", type(None): "null"}.get(type(value), type(value).__name__)
