@@ -226,3 +226,12 @@ def test_adapters_stay_on_with_every_setting_hostile_but_the_switches():
         # each adapter says each bad variable once (vLLM's and SGLang's loggers are separate)
         assert 1 <= len(said) <= 2, (var, lines)
         assert all(len(line) < 400 and "\n" not in line and "\x1b" not in line for line in said)
+
+
+def test_size_bound_is_the_largest_gpu_memory_class():
+    """288 GiB: at least every GPU's memory in the table (B300: 268.6 GiB), and not absurdly more."""
+    from guard_core.frameworks import GPU_MEMORY
+    largest = max(b for b, _ in GPU_MEMORY.values())
+    assert largest <= S.MAX_SIZE_BYTES < 2 * largest
+    assert S.parse_size(str(largest)) == largest
+    assert S.parse_size("99999999999999999999") is None  # ~87 EiB used to be accepted
