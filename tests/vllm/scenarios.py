@@ -39,6 +39,9 @@ QWEN35_SHAPE = {
     "max_position_embeddings": 32768, "torch_dtype": "bfloat16", "rms_norm_eps": 1e-6,
     "rope_theta": 10000000,
 }
+# Qwen3-VL-32B's text shape (64 q / 8 KV heads, head_dim 128) as a dense config.
+QWEN3VL_SHAPE = dict(QWEN35_SHAPE, hidden_size=5120, num_attention_heads=64, num_key_value_heads=8, head_dim=128)
+SHAPES = {"qwen35": QWEN35_SHAPE, "qwen3vl": QWEN3VL_SHAPE}
 # A Qwen3-MoE config for the engine-config scenarios.
 MOE_CONFIG = {
     "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
@@ -293,7 +296,8 @@ def cpu_only_impl_buffers() -> None:
         m.get_device_sm_count = lambda device=None: TEST_GPU[1]
 
 
-def build_builder(max_num_seqs: int = 512, max_num_batched_tokens: int = 8192, capture: int | None = None):
+def build_builder(max_num_seqs: int = 512, max_num_batched_tokens: int = 8192, capture: int | None = None,
+                  shape: str = "qwen35"):
     import torch
     from vllm.config import (CompilationConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig,
                              set_current_vllm_config)
@@ -305,7 +309,9 @@ def build_builder(max_num_seqs: int = 512, max_num_batched_tokens: int = 8192, c
     except ImportError:  # older layout
         from vllm.attention.layer import Attention
 
-    mc = ModelConfig(model=model_dir(QWEN35_SHAPE), skip_tokenizer_init=True, max_model_len=32768)
+    cfg = SHAPES[shape]
+    heads, kv_heads, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    mc = ModelConfig(model=model_dir(cfg), skip_tokenizer_init=True, max_model_len=32768)
     vc = VllmConfig(
         model_config=mc,
         scheduler_config=SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
@@ -315,11 +321,11 @@ def build_builder(max_num_seqs: int = 512, max_num_batched_tokens: int = 8192, c
             cudagraph_mode="FULL_AND_PIECEWISE",
             **({"max_cudagraph_capture_size": capture} if capture else {})),
     )
-    spec = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=256, dtype=torch.bfloat16)
+    spec = FullAttentionSpec(block_size=16, num_kv_heads=kv_heads, head_size=hd, dtype=torch.bfloat16)
     cpu_only_impl_buffers()
     with set_current_vllm_config(vc):
         layers = [
-            Attention(num_heads=32, head_size=256, scale=256 ** -0.5, num_kv_heads=2,
+            Attention(num_heads=heads, head_size=hd, scale=hd ** -0.5, num_kv_heads=kv_heads,
                       attn_backend=FlashInferBackend, prefix=f"model.layers.{i}.self_attn.attn")
             for i in range(2)
         ]
@@ -378,9 +384,9 @@ def sc_workspace(args) -> None:
         vllm_guard.workspace.facts = boom
     allow_static_graphs()
     if args.capture:
-        builder, vc = build_builder(max_num_seqs=args.capture, capture=args.capture)
+        builder, vc = build_builder(max_num_seqs=args.capture, capture=args.capture, shape=args.shape)
     else:
-        builder, vc = build_builder()
+        builder, vc = build_builder(shape=args.shape)
     get = builder._get_workspace_buffer_v2 if args.rename_target else builder._get_workspace_buffer
     buf = get()
     again = get()
@@ -395,7 +401,7 @@ def sc_workspace(args) -> None:
         capture_max=vc.compilation_config.max_cudagraph_capture_size,
         wrapped=bool(getattr(meth, "__flashinfer_guard__", False)),
         wrapped_twice=bool(getattr(getattr(meth, "__wrapped__", None), "__flashinfer_guard__", False)),
-        core=core_need(builder, vc),
+        core=core_need(builder, vc) if args.shape == "qwen35" else None,
         heads=[builder.num_qo_heads, builder.num_kv_heads, builder.head_dim],
     )
 
@@ -486,6 +492,7 @@ def main(argv=None) -> None:
     p.add_argument("--break-hook", action="store_true")
     p.add_argument("--rename-target", action="store_true")
     p.add_argument("--capture", type=int)
+    p.add_argument("--shape", choices=sorted(SHAPES), default="qwen35")
     args = p.parse_args(argv)
     if args.name in ("moe", "environ"):
         # EngineArgs needs a device type (the MoE scenarios switch the

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The compatibility matrix: every checked line, installed from its lock one at a
+# time, tested like the default run, then probed for the table in
+# docs/compatibility.md (which the README's per-version table comes from).
+#
+#   bash ci/matrix.sh                         # every line below
+#   bash ci/matrix.sh vllm-0.19.1 sglang-0.5.15
+#
+# Per line: the line's suite (tests/vllm or tests/sglang, real framework, real
+# plugin loader), then probes: the workspace guard with the Qwen3.5-397B-A17B and
+# Qwen3-VL-32B shapes (CUDA-graph capture up to 512, vLLM's or SGLang's own
+# buffer, 142/132-SM GPUs as in the suites), and the MoE guard on a simulated
+# aarch64 SM100 host. An environment is deleted after its line when less than
+# 30 GB stay free (FLASHINFER_GUARD_KEEP_ENVS=1 keeps them all).
+# Takes about 5-8 minutes per line on 2 cores (install ~1-2 min cold).
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$FG_REPO"
+all="vllm-0.19.1 vllm-0.23.0 vllm-0.26.0 vllm-0.29.0 vllm-0.32.0 vllm-0.33.0 sglang-0.5.5 sglang-0.5.11 sglang-0.5.15 sglang-0.5.20 sglang-0.5.22 sglang-0.5.23"
+lines=("$@")
+[ ${#lines[@]} -gt 0 ] || read -r -a lines <<< "$all"
+out="${FLASHINFER_GUARD_MATRIX_DIR:-$FG_REPO/.reports/matrix}"
+mkdir -p "$out"
+echo "=== matrix results: $out"
+status=0
+for line in "${lines[@]}"; do
+  fw="${line%%-*}"; ver="${line#*-}"
+  echo "=== $line ($(date -u +%H:%M:%S))"
+  t0=$(date +%s)
+  rm -f "$out/$line".*
+  if ! py="$(bash ci/install_env.sh "$fw" "$ver" | tail -n 1)" || [ ! -x "$py" ]; then
+    echo '{"install": "failed"}' > "$out/$line.probe.json"
+    status=1
+    continue
+  fi
+  "$py" ci/matrix_probe.py "$fw" > "$out/$line.probe.json" 2> "$out/$line.probe.log" || status=1
+  if [ "$fw" = vllm ]; then
+    FLASHINFER_GUARD_VLLM_LINE="$ver" FLASHINFER_GUARD_VLLM_FULL=1 HF_HUB_OFFLINE=1 \
+      FLASHINFER_GUARD_SCENARIO_LOGS="$out/$line-scenarios" \
+      "$py" -m pytest -q -p no:cacheprovider tests/vllm --junitxml="$out/$line.xml" -o junit_suite_name="$line" \
+      > "$out/$line.pytest.log" 2>&1 || status=1
+  else
+    "$py" -m pytest -q -p no:cacheprovider -n 2 tests/sglang --junitxml="$out/$line.xml" -o junit_suite_name="$line" \
+      > "$out/$line.pytest.log" 2>&1 || status=1
+  fi
+  tail -n 1 "$out/$line.pytest.log"
+  echo "--- $line: $(( $(date +%s) - t0 )) s"
+  if [ "${FLASHINFER_GUARD_KEEP_ENVS:-0}" != 1 ] && [ "$(fg_free_gb "$FG_ENVS")" -lt 30 ]; then
+    echo "--- removing $FG_ENVS/$line (less than 30 GB free)"
+    rm -rf "${FG_ENVS:?}/$line"
+  fi
+done
+python3 ci/matrix_report.py "$out" docs/compatibility.md "bash ci/matrix.sh ${*:-}" || status=1
+exit $status
