@@ -16,8 +16,9 @@ Promises (hostile values included):
   1000) or ``KiB``/``MiB``/``GiB``/``TiB`` (powers of 1024), any case. The
   arithmetic is integer only (a fraction is rounded up to a whole byte), the
   number is at most 24 characters, and the result must lie between 1 MiB and
-  288 GiB (the largest memory of any GPU the table knows, B300/GB300/MI355X
-  class); anything else is refused, never truncated to a smaller size.
+  288 GiB (just above the largest GPU memory in the table,
+  ``frameworks.GPU_MEMORY``: B300/GB300, 268.6 GiB); anything else is refused,
+  never truncated to a smaller size.
 * Versions (``FLASHINFER_GUARD_MOE_FIXED_IN``, and the CLI's version options):
   ASCII, at most 64 characters and at most 18 digits per number, checked before
   any regular expression or ``int()`` runs, then PEP 440.
@@ -40,7 +41,7 @@ DEFAULT_MOE_FIXED_IN = "0.6.16"
 MIB = 1 << 20
 GIB = 1 << 30
 MIN_SIZE_BYTES = MIB
-MAX_SIZE_BYTES = 288 * GIB  # the largest GPU memory we plan for (B300/GB300 class)
+MAX_SIZE_BYTES = 288 * GIB  # just above the largest GPU memory we plan for (B300/GB300: 268.6 GiB)
 SIZE_ACCEPTED = "a size from 1 MiB to 288 GiB such as 768MiB, 1GiB, 1.5GB or a byte count"
 VERSION_ACCEPTED = "a version such as 0.6.16 or 0.7.2.post1 (at most 64 characters)"
 MAX_VERSION_CHARS = 64
