@@ -61,6 +61,30 @@ def describe_need(req: Requirement, buffer_bytes: int | None = None) -> str:
     return text
 
 
+_AUTO = Settings(workspace="auto")
+
+# Where the planner model is exact and the framework lines were checked
+# (tests/conformance, ci/matrix.sh): FLASHINFER_GUARD_WORKSPACE=exact applies
+# only there.
+EXACT_FLASHINFER = ("0.5.0", "0.7.4")
+EXACT_LINES = {"vLLM": ("0.19.1", "0.33.99"), "SGLang": ("0.5.5", "0.5.23.99")}
+
+
+def exact_refusal(framework: str, framework_version: str | None, flashinfer_version: str | None) -> str | None:
+    """Why ``exact`` must act as ``auto`` here, or None where it may shrink."""
+    if not flashinfer_version or not is_version(flashinfer_version):
+        return "FlashInfer version unknown"
+    lo, hi = EXACT_FLASHINFER
+    if not parse_version(lo) <= parse_version(flashinfer_version) <= parse_version(hi + ".99"):
+        return f"FlashInfer {flashinfer_version} is outside the releases the planner model was checked against ({lo}-{hi})"
+    rng = EXACT_LINES.get(framework)
+    if rng is None or not framework_version or not is_version(framework_version):
+        return f"{framework} version unknown"
+    if not parse_version(rng[0]) <= parse_version(framework_version) <= parse_version(rng[1]):
+        return f"{framework} {framework_version} is outside the checked lines ({rng[0]}-{rng[1].rsplit('.', 1)[0]})"
+    return None
+
+
 def _with_notes(dec: WorkspaceDecision, requirement: Requirement | None) -> WorkspaceDecision:
     """The core's notes (a rejected plan, an unknown fact, DCP heads) on the decision line."""
     notes = tuple(requirement.notes) if requirement is not None else ()
@@ -89,6 +113,7 @@ def _decide_workspace(
     flashinfer_version: str | None = None,
     layout=None,
     gpu=None,
+    exact_refused: str | None = None,
 ) -> WorkspaceDecision:
     """How big to make the float workspace.
 
@@ -115,6 +140,31 @@ def _decide_workspace(
         kept = "" if alloc == size else f" (kept {framework}'s larger {_mib(server_bytes)})"
         return WorkspaceDecision("workspace", "size", f"{WORKSPACE} set", "info", inputs, numbers,
                                  f"{WORKSPACE}={_mib(size)}: allocating {_mib(alloc)}{kept}", allocate_bytes=alloc)
+    if settings.workspace == "exact":
+        why = exact_refused
+        if requirement is None:
+            why = why or "nothing to size here"
+        elif user_bytes:
+            why = f"{user_var}={_mib(user_bytes)} is the user's choice"
+        if why is None:
+            alloc = max(round_up_mib(need), MIB)
+            numbers["allocate_bytes"] = alloc
+            delta = server_bytes - alloc
+            if delta >= 0:
+                text = (f"exact: {describe_need(requirement)}; allocating {_mib(alloc)} instead of "
+                        f"{_mib(server_bytes)} (frees {_mib(delta)})")
+            else:
+                text = (f"exact: {describe_need(requirement, server_bytes)}; raising "
+                        f"{_mib(server_bytes)} -> {_mib(alloc)}")
+            return WorkspaceDecision("workspace", "exact", "exact need", "info", inputs, numbers, text,
+                                     allocate_bytes=alloc)
+        auto = _decide_workspace(requirement, framework=framework, server_bytes=server_bytes,
+                                 user_bytes=user_bytes, user_var=user_var, settings=_AUTO,
+                                 flashinfer_version=flashinfer_version)
+        from dataclasses import replace
+
+        return replace(auto, text=f"{auto.text} ({WORKSPACE}=exact not applied: {why}; acting as auto)",
+                       inputs=dict(auto.inputs, setting="exact"))
     # auto
     if requirement is None:
         return WorkspaceDecision("workspace", "ok", "no requirement", "info", inputs, numbers,
@@ -122,8 +172,11 @@ def _decide_workspace(
                                  allocate_bytes=server_bytes)
     if need <= server_bytes:
         src = f"{user_var}={_mib(server_bytes)}" if user_bytes else f"{_mib(server_bytes)} allocated"
+        free = server_bytes - max(round_up_mib(need), MIB)
+        hint = (f"; {WORKSPACE}=exact would free {_mib(free)}"
+                if free >= MIB and not user_bytes and settings.workspace == "auto" else "")
         return WorkspaceDecision("workspace", "ok", "need fits", "info", inputs, numbers,
-                                 f"ok, need {_mib(need)} <= {src} (FlashInfer {fi})",
+                                 f"ok, need {_mib(need)} <= {src} (FlashInfer {fi}){hint}",
                                  allocate_bytes=server_bytes)
     alloc = round_up_mib(need)
     numbers["allocate_bytes"] = alloc

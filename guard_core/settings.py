@@ -71,7 +71,7 @@ class Settings:
         self.enabled = enabled  # master switch
         self.moe = moe  # auto | on | off
         self.moe_fixed_in = moe_fixed_in
-        self.workspace = workspace  # auto | off | size
+        self.workspace = workspace  # auto | exact | off | size
         self.workspace_bytes = workspace_bytes
         self.log_level = log_level  # info | debug | warning
         self.warnings = tuple(warnings)  # one line per bad value
@@ -192,7 +192,7 @@ def _parse_choice(choices):
 
 def _parse_workspace(raw: str):
     v = raw.strip().lower()
-    if v in ("auto", "off"):
+    if v in ("auto", "off", "exact"):
         return (v, None)
     size = parse_size(raw)
     return None if size is None else ("size", size)
@@ -203,7 +203,7 @@ _TABLE = (
     (MASTER, _parse_master, "1 or 0 (also true/false, yes/no, on/off)", True, "1"),
     (MOE, _parse_choice(("auto", "on", "off")), "auto, on or off", "auto", "auto"),
     (MOE_FIXED_IN, bounded_version, VERSION_ACCEPTED, DEFAULT_MOE_FIXED_IN, DEFAULT_MOE_FIXED_IN),
-    (WORKSPACE, _parse_workspace, "auto, off or " + SIZE_ACCEPTED, ("auto", None), "auto"),
+    (WORKSPACE, _parse_workspace, "auto, exact, off or " + SIZE_ACCEPTED, ("auto", None), "auto"),
     (LOG, _parse_choice(("info", "debug", "warning")), "info, debug or warning", "info", "info"),
 )
 

@@ -294,9 +294,16 @@ def decide(builder, module):
         )
         return None, server
     req = requirement(builder, gpu, fi) if gpu is not None else None
+    refused = None
+    if settings.workspace == "exact":
+        from guard_core.decisions import exact_refusal
+        from guard_core.versions import installed_version
+
+        refused = exact_refusal("vLLM", installed_version("vllm"), fi)
     dec = decide_workspace(
         req, framework="vLLM", server_bytes=server, user_bytes=user, user_var=NATIVE_VAR,
         settings=settings, flashinfer_version=fi, layout=req.layout if req else None, gpu=gpu,
+        exact_refused=refused,
     )
     return dec, server
 
@@ -312,9 +319,19 @@ class _Plan:
 
 def _plan_allocation(builder, module):
     """What to do before vLLM allocates: None (stand down) or a _Plan whose
-    target, when set, is the size vLLM's own size source must give."""
+    target, when set, is the size vLLM's own size source must give.
+
+    ``exact`` below what vLLM would allocate (the user's choice): our buffer of
+    exactly the need goes in before vLLM's code runs, which then keeps it.
+    """
     dec, server = decide(builder, module)
     if dec is None:
+        return None
+    if dec.action == "exact" and dec.allocate_bytes < (server or 0):
+        import torch
+
+        builder._workspace_buffer = torch.zeros(dec.allocate_bytes, dtype=torch.uint8, device=builder.device)
+        get_log().decision(dec, key="workspace:" + dec.line)
         return None
     target = dec.allocate_bytes if dec.allocate_bytes > (server or 0) else None
     if target is None:

@@ -23,8 +23,8 @@ def test_workspace_sizes(raw, expect):
     (S.MASTER, "maybe", "1 or 0"),
     (S.MOE, "sometimes", "auto, on or off"),
     (S.MOE_FIXED_IN, "next-year", "a version"),
-    (S.WORKSPACE, "huge", "auto, off or a size"),
-    (S.WORKSPACE, "-5MiB", "auto, off or a size"),
+    (S.WORKSPACE, "huge", "auto, exact, off or a size"),
+    (S.WORKSPACE, "-5MiB", "auto, exact, off or a size"),
     (S.LOG, "loud", "info, debug or warning"),
 ])
 def test_bad_values_warn_once_and_default(var, value, accepted):
