@@ -32,12 +32,19 @@ def install(settings) -> None:
         when_imported(BACKEND, _on_backend_off, key="vllm_guard.workspace.off")
         return
     when_imported(BACKEND, _on_backend, key="vllm_guard.workspace")
+    # whatever the model might still miss: an overflowing plan() gets a buffer that fits
+    from guard_core import safety_net
+
+    safety_net.install(get_log())
 
 
 def uninstall() -> None:
+    from guard_core import safety_net
+
     for owner, name in reversed(_patched):
         unwrap_attr(owner, name)
     _patched.clear()
+    safety_net.uninstall()
 
 
 def _on_backend_off(module) -> None:
