@@ -1,0 +1,500 @@
+"""SGLang's own FlashInfer attention paths on FlashInfer's REAL Python wrappers.
+
+    python realcalls_scenarios.py NAME [JSON-OPTIONS]
+
+One scenario per fresh interpreter; prints ``RESULT <json>`` as its last stdout
+line (like scenarios.py, whose helpers this reuses).
+
+What runs for real: SGLang's ``FlashInferAttnBackend`` (its ``__init__`` with the
+guard loaded through SGLang's own route, ``init_cuda_graph_state``,
+``init_forward_metadata_capture_cuda_graph`` over the capture sizes SGLang's own
+``get_batch_sizes_to_capture`` returns, largest first as SGLang captures, and
+``init_forward_metadata`` for eager batches), SGLang's indices updaters and
+EAGLE verify input, FlashInfer's Python wrappers (``plan()``, its backend choice
+``determine_attention_backend``, tensor-core decode), and FlashInfer's planner
+code itself: the installed release's ``scheduler.cuh`` compiled for the host
+(tests/realcalls/standin.py), which raises FlashInfer's own "Buffer overflow ..."
+error when the real workspace tensor SGLang allocated is too small.
+
+Replaced, because it cannot run on a CPU (each listed in ``_cpu_only()``):
+
+* what _cpu.py replaces for every SGLang scenario (sgl_kernel, is_cuda while the
+  backend module is imported, the model runner, the attention-TP group);
+* FlashInfer's JIT/AOT module getters and device queries (tests/realcalls/standin.py:
+  the planner is FlashInfer's code, the kernels are never built);
+* device memory: ``device="cuda"`` and ``pin_memory=True`` allocations are made in
+  host memory (a TorchFunctionMode; the sizes are unchanged);
+* GPU kernels that only fill index buffers the planner does not read:
+  SGLang's Triton ``create_flashinfer_kv_indices_triton`` and FlashInfer's CUDA
+  ``segment_packbits`` get host equivalents with the same outputs;
+* SGLang's ``is_sm100_supported`` in the backend module answers for the scenario GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+sys.path.insert(0, REPO)
+import _cpu  # noqa: E402
+import scenarios as sc  # noqa: E402
+
+MIB = 1 << 20
+
+# Qwen3-VL-32B (64 q / 8 kv, head_dim 128) and Qwen3.5's full-attention shape
+# (32 q / 2 kv, head_dim 256) come from scenarios.py. A GQA group of 2 with a
+# BF16 KV cache takes SGLang's CUDA-core decode (should_use_tensor_core: group < 4).
+GQA2_LLAMA = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+    "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128, "num_hidden_layers": 2,
+    "intermediate_size": 11008, "vocab_size": 32000, "max_position_embeddings": 32768,
+    "rms_norm_eps": 1e-6, "rope_theta": 10000, "torch_dtype": "bfloat16",
+}
+MODELS = {"qwen3vl": sc.QWEN3_VL_32B, "qwen35": sc.QWEN35_SHAPED_LLAMA, "gqa2": GQA2_LLAMA}
+
+
+# ---------------------------------------------------------------- CPU-only stand-ins
+
+class _HostMemory:
+    """device="cuda" / pin_memory=True allocations made in host memory (same sizes)."""
+
+    def __init__(self):
+        import torch
+        from torch.overrides import TorchFunctionMode
+
+        class Mode(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                kwargs = dict(kwargs or {})
+                dev = kwargs.get("device")
+                if dev is not None and torch.device(dev).type == "cuda":
+                    kwargs["device"] = "cpu"
+                if kwargs.get("pin_memory"):
+                    kwargs["pin_memory"] = False
+                if func in (torch.Tensor.to, torch.Tensor.cuda) and func is torch.Tensor.cuda:
+                    return args[0]
+                if func is torch.Tensor.to:
+                    args = tuple("cpu" if (isinstance(a, (str, torch.device)) and torch.device(a).type == "cuda")
+                                 else a for a in args)
+                return func(*args, **kwargs)
+
+        self.mode = Mode()
+
+    def __enter__(self):
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.mode.__exit__(*exc)
+
+
+def _single_rank_groups():
+    """Process groups SGLang creates while initialising torch.distributed (no GPU here):
+    the attention context-parallel group of 0.5.11+ answers one rank, like _cpu's TP group."""
+    import types
+
+    try:
+        import sglang.srt.distributed.parallel_state as ps
+    except ImportError:
+        return
+    for name in ("_ATTN_CP",):
+        if hasattr(ps, name) and getattr(ps, name) is None:
+            setattr(ps, name, types.SimpleNamespace(world_size=1, rank_in_group=0, rank=0))
+
+
+class _KvIndicesOnHost:
+    """Host version of SGLang's Triton create_flashinfer_kv_indices_triton: for each
+    request i, kv_indices[kv_indptr[i]:...] = req_to_token[req_pool_indices[i], start:start+len]."""
+
+    def __getitem__(self, grid):
+        def launch(req_to_token, req_pool_indices, page_kernel_lens, kv_indptr, kv_start_idx, kv_indices,
+                   stride=None):
+            rows = req_pool_indices.tolist()
+            lens = page_kernel_lens.tolist()
+            starts = kv_start_idx.tolist() if kv_start_idx is not None else [0] * len(rows)
+            ptr = kv_indptr.tolist()
+            for i in range(int(grid[0])):
+                n = int(lens[i])
+                s = int(starts[i])
+                kv_indices[ptr[i]:ptr[i] + n] = req_to_token[rows[i], s:s + n]
+
+        return launch
+
+
+def _segment_packbits_on_host(x, indptr, bitorder="big"):
+    """Host version of FlashInfer's CUDA segment_packbits: each segment's bools packed
+    into ceil(len/8) bytes; returns (packed, packed_indptr)."""
+    import numpy as np
+    import torch
+
+    bits = x.to("cpu").numpy().astype(bool)
+    ptr = indptr.to("cpu").tolist()
+    out, optr = [], [0]
+    for a, b in zip(ptr[:-1], ptr[1:]):
+        seg = np.packbits(bits[a:b], bitorder=bitorder)
+        out.append(seg)
+        optr.append(optr[-1] + len(seg))
+    packed = torch.from_numpy(np.concatenate(out) if out else np.zeros(0, np.uint8))
+    return packed, torch.tensor(optr, dtype=torch.int32)
+
+
+def _cpu_only(fb, gpu):
+    """Install the stand-ins above; returns their names (reported in the result)."""
+    import flashinfer.prefill as fprefill
+
+    names = ["host memory for device allocations"]
+    kv = _KvIndicesOnHost()
+    for modname in ("sglang.srt.layers.attention.flashinfer_backend", "sglang.srt.speculative.eagle_info",
+                    "sglang.srt.model_executor.forward_batch_info"):
+        m = sys.modules.get(modname)
+        if m is None:
+            try:
+                m = __import__(modname, fromlist=["x"])
+            except Exception:
+                continue
+        if hasattr(m, "create_flashinfer_kv_indices_triton"):
+            m.create_flashinfer_kv_indices_triton = kv
+            names.append(f"{modname}.create_flashinfer_kv_indices_triton")
+    if hasattr(fprefill, "segment_packbits"):
+        fprefill.segment_packbits = _segment_packbits_on_host
+        names.append("flashinfer.prefill.segment_packbits")
+    sm100 = gpu.cc[0] == 10
+    if hasattr(fb, "is_sm100_supported"):
+        fb.is_sm100_supported = lambda *a, **k: sm100
+        names.append("flashinfer_backend.is_sm100_supported")
+    return names
+
+
+# ---------------------------------------------------------------- the planner stand-in
+
+def _install_standin(gpu):
+    from guard_core.sizing import AttentionLayout, decode_blocks_per_sm_bound
+    from tests.realcalls import standin
+
+    def occupancy(head_dim, group, kv_dtype_bytes):
+        # The CUDA-core decode kernel's occupancy is a driver answer for the compiled kernel,
+        # unknowable here: the planner is given the guard's own upper bound for it, so a
+        # CUDA-core decode case checks the rest of FlashInfer's plan, not the occupancy.
+        return decode_blocks_per_sm_bound(AttentionLayout(group, 1, head_dim, head_dim, 1, kv_dtype_bytes), gpu)
+
+    # guard_seam=False: guard_core.gpus.detect_gpu already answers the table GPU (_cpu.use_table_gpu)
+    return standin.install(gpu.name, gpu.num_sms, gpu.cc, kernel_occupancy=occupancy, guard_seam=False)
+
+
+_KEEP = ("wrapper", "backend", "planner", "batch_size", "total_num_rows", "qo", "kv", "num_qo_heads",
+         "num_kv_heads", "head_dim_qk", "head_dim_vo", "cuda_graph", "q_dtype", "kv_dtype",
+         "float_workspace_bytes", "int_workspace_bytes", "float_bytes", "int_bytes", "split_kv",
+         "padded_batch_size", "cta_tile_q", "ok", "error", "planner_error")
+
+
+def _calls_since(rec, n0):
+    """The stand-in's records since index n0, without the allocation lists."""
+    out = []
+    for c in list(rec.calls)[n0:]:
+        o = {k: c.get(k) for k in _KEEP}
+        floats = [a for a in c.get("allocations") or [] if a.get("buffer") == "float"]
+        o["largest_float_allocation"] = max(floats, key=lambda a: a["bytes"])["name"] if floats else None
+        out.append(o)
+    return out
+
+
+# ---------------------------------------------------------------- building SGLang
+
+def _server_args(model_dir, opts):
+    kw = dict(opts.get("server_args", {}))
+    if opts.get("kv") == "fp8":
+        kw["kv_cache_dtype"] = "fp8_e4m3"
+    draft = int(opts.get("draft_tokens", 0) or 0)
+    if draft:
+        kw.update(speculative_algorithm="EAGLE", speculative_draft_model_path=model_dir,
+                  speculative_num_steps=max(1, draft - 1), speculative_eagle_topk=1,
+                  speculative_num_draft_tokens=draft)
+    sa = sc.gpu_resolved(sc.server_args(model_dir, **kw))
+    return sa
+
+
+def _runner(sa, mc, kv_dtype, *, pool_size, width):
+    import torch
+
+    runner = _cpu.model_runner(sa, mc, kv_cache_dtype=kv_dtype, pool_size=pool_size)
+    # the real pool's req_to_token is (size, context_len); only rows/columns a batch
+    # touches are read, so an uninitialised host tensor of the needed width serves
+    runner.req_to_token_pool.req_to_token = torch.empty((pool_size, width), dtype=torch.int32)
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    runner.spec_algorithm = SpeculativeAlgorithm.from_string(sa.speculative_algorithm)
+    return runner
+
+
+def _guard_prediction():
+    """Record what the guard's SGLang adapter computed (its _Sizing objects)."""
+    seen = {"sizings": [], "server_bytes": []}
+    try:
+        import sglang_guard.workspace as ws
+    except Exception:
+        return seen
+    real_build = ws._Sizing.build.__func__
+    real_decide = ws._Sizing._decide
+
+    def build(cls, module, runner):
+        s = real_build(cls, module, runner)
+        seen["sizings"].append(s)
+        return s
+
+    def decide(self, server_bytes):
+        seen["server_bytes"].append(int(server_bytes))
+        return real_decide(self, server_bytes)
+
+    ws._Sizing.build = classmethod(build)
+    ws._Sizing._decide = decide
+    return seen
+
+
+def _prediction_dict(seen):
+    if not seen["sizings"] or seen["sizings"][-1] is None:
+        return None
+    s = seen["sizings"][-1]
+    req = s.requirement
+    out = {"decode_tc": s.decode_tc, "fi_version": s.fi_version}
+    if req is None:
+        return out
+    out.update(float_bytes=req.float_bytes, int_bytes=req.int_bytes,
+               planners={"prefill": req.planners.prefill, "decode": req.planners.decode},
+               notes=list(req.notes),
+               scenarios=[{"name": x.name, "batch": x.batch, "q_len": x.q_len, "planner": x.planner,
+                           "float_bytes": x.float_bytes} for x in req.scenarios],
+               dominant=None if req.dominant is None else {
+                   "name": req.dominant.name, "batch": req.dominant.batch, "q_len": req.dominant.q_len,
+                   "float_bytes": req.dominant.float_bytes})
+    if s.decision is not None:
+        out["decision"] = {"action": s.decision.action, "allocate_bytes": int(s.decision.allocate_bytes),
+                           "text": s.decision.text}
+    return out
+
+
+# ---------------------------------------------------------------- the eager batches the core names
+
+def eager_batches(layout_q, layout_kv, head_dim, gpu, fi_version, limits, page_size=1):
+    """KV lengths of the core's eager_decode / eager_prefill scenarios: the batches
+    guard_core.sizing builds them from (its _long_kv_batch), for the same limits."""
+    from guard_core import flashinfer_model as fm
+    from guard_core import sizing
+
+    g = layout_q // layout_kv
+    min_chunk = max(128 // page_size, 1)
+    max_pages = max(1, -(-int(limits["max_model_len"]) // page_size)) if limits.get("max_model_len") else None
+    fa2_max_bs = (2 * gpu.num_sms) // layout_kv
+    out = {}
+    kv = sizing._long_kv_batch(fa2_max_bs, limits["max_num_seqs"], min_chunk, max_pages)
+    if kv:
+        out["eager_decode"] = {"q_len": 1, "kv_pages": [p for p, c in kv for _ in range(c)]}
+    best = []
+    seen = set()
+    cands = {1}
+    for th in (16, 32, 64, 128):
+        cands.add(max(1, -(-(th + 1) // g)))
+        cands.add(max(1, th // g))
+    for q in sorted(cands):
+        if q > limits["max_num_batched_tokens"]:
+            continue
+        cta = fm.cta_tile_q(fi_version, q * g, head_dim, head_dim, limits.get("kv_dtype_bytes", 2), gpu.cc[0],
+                            sizing._optin_smem(gpu))
+        tiles = -(-(q * g) // cta)
+        if (cta, tiles) in seen:
+            continue
+        seen.add((cta, tiles))
+        chunks = fa2_max_bs // tiles if tiles else 0
+        max_req = max(1, min(limits["max_num_seqs"], limits["max_num_batched_tokens"] // q))
+        kvq = sizing._long_kv_batch(chunks, max_req, min_chunk, max_pages) if chunks else None
+        if kvq:
+            best.append({"q_len": q, "kv_pages": [p for p, c in kvq for _ in range(c)]})
+    out["eager_prefill_candidates"] = best
+    return out
+
+
+# ---------------------------------------------------------------- the scenario
+
+def _capture(fb, backend, runner, sa, rec, calls, errors):
+    import torch
+    from sglang.srt.model_executor import cuda_graph_runner as cgr
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    capture_bs, _ = cgr.get_batch_sizes_to_capture(runner)
+    spec = runner.spec_algorithm
+    verify = spec.is_eagle() or spec.is_standalone()
+    per_bs = int(sa.speculative_num_draft_tokens) if verify else 1
+    mode = ForwardMode.TARGET_VERIFY if verify else ForwardMode.DECODE
+    max_bs = max(capture_bs)
+    backend.init_cuda_graph_state(max_bs, max_bs * per_bs)
+    fill = backend.get_cuda_graph_seq_len_fill_value()
+    # as CudaGraphRunner.__init__ sizes it: (sum of the filled seq_lens + max tokens) * tokens per request
+    custom_mask = (torch.ones(((max_bs * fill + max_bs * per_bs) * per_bs,), dtype=torch.bool)
+                   if verify else None)
+    shim = type("RunnerShim", (), {})()
+    shim.model_runner = runner
+    shim.custom_mask = custom_mask
+    shim.num_tokens_per_bs = per_bs
+    for bs in reversed(capture_bs):  # SGLang captures the largest batch first
+        num_tokens = bs * per_bs
+        spec_info = cgr.CudaGraphRunner.get_spec_info(shim, num_tokens) if verify else None
+        n0 = len(rec.calls)
+        rec.tag = "capture"
+        try:
+            backend.init_forward_metadata_capture_cuda_graph(
+                bs, num_tokens, torch.zeros((bs,), dtype=torch.int32),
+                torch.full((bs,), fill, dtype=torch.int32), None, mode, spec_info)
+        except Exception as e:  # FlashInfer's overflow error, or anything else
+            errors.append({"phase": "capture", "batch": bs, "error": f"{type(e).__name__}: {e}"})
+        for c in _calls_since(rec, n0):
+            calls.append(dict(c, phase="cuda_graph_verify" if verify else "cuda_graph_decode", batch=bs,
+                              q_len=per_bs))
+    return capture_bs
+
+
+def _eager(backend, runner, batches, rec, calls, errors, kind):
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
+
+    for b in batches:
+        kv = [int(p) for p in b["kv_pages"]]  # page size 1: pages are tokens
+        q = int(b["q_len"])
+        n = len(kv)
+        if kind == "eager_decode":
+            seq = kv
+            fb = ForwardBatch(forward_mode=ForwardMode.DECODE, batch_size=n,
+                              input_ids=torch.zeros((n,), dtype=torch.int64),
+                              req_pool_indices=torch.arange(n, dtype=torch.int32),
+                              seq_lens=torch.tensor(seq, dtype=torch.int32),
+                              out_cache_loc=torch.zeros((n,), dtype=torch.int64),
+                              seq_lens_sum=sum(seq), seq_lens_cpu=torch.tensor(seq, dtype=torch.int32))
+        else:
+            # the paged wrapper sees the whole KV when SGLang does not use the ragged
+            # wrapper (multimodal models), else the cached prefix only
+            prefix = [p - q for p in kv] if backend.is_multimodal else kv
+            seq = [p + q for p in prefix]
+            fb = ForwardBatch(forward_mode=ForwardMode.EXTEND, batch_size=n,
+                              input_ids=torch.zeros((n * q,), dtype=torch.int64),
+                              req_pool_indices=torch.arange(n, dtype=torch.int32),
+                              seq_lens=torch.tensor(seq, dtype=torch.int32),
+                              out_cache_loc=torch.zeros((n * q,), dtype=torch.int64),
+                              seq_lens_sum=sum(seq), seq_lens_cpu=torch.tensor(seq, dtype=torch.int32),
+                              extend_num_tokens=n * q,
+                              extend_seq_lens=torch.full((n,), q, dtype=torch.int32),
+                              extend_prefix_lens=torch.tensor(prefix, dtype=torch.int32),
+                              extend_prefix_lens_cpu=list(prefix), extend_seq_lens_cpu=[q] * n)
+        n0 = len(rec.calls)
+        rec.tag = kind
+        try:
+            backend.init_forward_metadata(fb)
+        except Exception as e:
+            errors.append({"phase": kind, "batch": n, "error": f"{type(e).__name__}: {e}"})
+        for c in _calls_since(rec, n0):
+            calls.append(dict(c, phase=kind, batch=n, q_len=q))
+
+
+def _one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts):
+    """Build SGLang's backend and make its plan() calls: capture, then the eager batches."""
+    from guard_core.versions import flashinfer_version
+
+    pool = int(opts.get("pool_size", 4096))
+    width = int(opts.get("kv_width", 40000))
+    out, calls, errors = {}, [], []
+    t = [time.time()]
+    runner = _runner(sa, mc, kv_dtype, pool_size=pool, width=width)
+    backend = fb.FlashInferAttnBackend(runner)
+    ws = backend.workspace_buffer
+    out["workspace_bytes"] = int(ws.numel() * ws.element_size())
+    out["decode_use_tensor_cores"] = bool(backend.decode_use_tensor_cores)
+    out["is_multimodal"] = bool(backend.is_multimodal)
+    t.append(time.time())
+    phases = opts.get("phases", ["capture", "eager"])
+    if "capture" in phases:
+        out["capture_bs"] = _capture(fb, backend, runner, sa, rec, calls, errors)
+    t.append(time.time())
+    if "eager" in phases:
+        limits = {"max_num_seqs": int(sa.max_running_requests or pool), "max_model_len": mc.context_len,
+                  "max_num_batched_tokens": int(sa.chunked_prefill_size),
+                  "kv_dtype_bytes": int(kv_dtype.itemsize)}
+        eb = eager_batches(mc.num_attention_heads, mc.get_num_kv_heads(1), mc.head_dim, gpu,
+                           flashinfer_version(), limits)
+        if "eager_decode" in eb:
+            _eager(backend, runner, [eb["eager_decode"]], rec, calls, errors, "eager_decode")
+        _eager(backend, runner, eb["eager_prefill_candidates"], rec, calls, errors, "eager_prefill")
+    t.append(time.time())
+    out["calls"] = calls
+    out["errors"] = errors
+    out["first_error"] = errors[0]["error"] if errors else None
+    out["timing"] = {"backend": round(t[1] - t[0], 1), "capture": round(t[2] - t[1], 1),
+                     "eager": round(t[3] - t[2], 1)}
+    return out
+
+
+def _forget_process_buffer(fb):
+    """What a fresh SGLang process starts from: no cached workspace buffer, no size
+    written into the environment by an earlier backend's .set()."""
+    if hasattr(fb, "global_workspace_buffer"):
+        fb.global_workspace_buffer = None
+    try:
+        from sglang.srt.runtime_context import get_context
+
+        get_context().resources.buffers.pop("flashinfer_workspace", None)
+    except Exception:
+        pass
+    os.environ.pop("SGLANG_FLASHINFER_WORKSPACE_SIZE", None)
+
+
+def run(opts):
+    t0 = time.time()
+    import torch
+
+    out = sc.load_guard()
+    seen = _guard_prediction()
+    gpu = _cpu.use_table_gpu(opts.get("gpu", "h200"))
+    tmp = tempfile.mkdtemp()
+    model = MODELS[opts.get("model", "qwen3vl")]
+    sa = _server_args(_cpu.write_model(tmp, "model", model), opts)
+    sc.setup_logging(sa)
+    from sglang.srt.configs.model_config import ModelConfig
+
+    mc = ModelConfig.from_server_args(sa)
+    fb = _cpu.import_backend_module()
+    t_import = time.time()
+    rec = _install_standin(gpu)
+    out["stand_ins"] = _cpu_only(fb, gpu)
+    _cpu.set_attention_tp_size(1)
+    _single_rank_groups()
+    kv_dtype = {"fp8": torch.float8_e4m3fn}.get(opts.get("kv"), torch.bfloat16)
+    with _HostMemory():
+        out.update(_one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts))
+        out["prediction"] = _prediction_dict(seen)
+        out["sglang_server_bytes"] = seen["server_bytes"][-1] if seen["server_bytes"] else None
+        if opts.get("also_without_guard") and out["registered"]:
+            # The same process with the guard's wrapper taken off again (its undo) and
+            # SGLang's per-process buffer forgotten: SGLang's own sizing and calls.
+            import sglang_guard.workspace as gws
+
+            out["unpatched"] = bool(gws.unpatch(fb))
+            _forget_process_buffer(fb)
+            out["without_guard"] = _one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts)
+    out["gpu"] = {"name": gpu.name, "sms": gpu.num_sms, "cc": list(gpu.cc)}
+    out["seconds"] = round(time.time() - t0, 1)
+    out["timing"]["import"] = round(t_import - t0, 1)
+    return out
+
+
+def main():
+    name = sys.argv[1]
+    opts = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
+    _cpu.install_cuda_only_stand_ins()
+    result = {"run": run}[name](opts)
+    sys.stdout.flush()
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
