@@ -359,6 +359,10 @@ def run_doctor(out=sys.stdout) -> int:
     vers = {d: installed_version(d) for d in ("vllm", "sglang", "flashinfer-python", "torch")}
     for d, v in vers.items():
         w(f"{d:<18} {v or 'not installed'}\n")
+    from .support import describe as describe_support
+
+    for line in describe_support({"vllm": vers["vllm"], "sglang": vers["sglang"], "flashinfer": fi}):
+        w(f"checked    {line}\n")
     gpu = None
     if vers["torch"]:
         from .gpus import detect_gpu

@@ -8,7 +8,9 @@ and ``include/flashinfer/utils.cuh`` (``FA2DetermineCtaTileQ``) in the
 ``flashinfer-python`` wheel of each release; ``tests/conformance`` compiles
 that real code and checks this model against it byte for byte.
 
-Release families (first release of each):
+Release families (first release of each; the data lives in the one release
+table, ``guard_core.support.FLASHINFER_RELEASES``, which also holds the decode
+GQA groups, the ``uniform_q_len`` callers and the MoE fix release):
 
 =============  =============================================================
 0.5.0          baseline (no ``num_colocated_ctas`` before 0.5.1..0.5.3)
@@ -32,21 +34,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable, NamedTuple, Sequence
 
+from . import support
 from .versions import parse_version
 
 U32 = 0xFFFFFFFF
 
-# (first release, family name) in ascending order.
-FAMILIES = (
-    ("0.0", "<=0.6.13"),
-    ("0.6.14", "0.6.14-0.6.15"),
-    ("0.6.16", "0.6.16-0.6.17"),
-    ("0.6.18", "0.6.18-0.7.0.post1"),
-    ("0.7.1", "0.7.1-0.7.2.post1"),
-    ("0.7.4", ">=0.7.4"),
-)
-# Optional PrefillPlan parameters present from a release on.
-_COLOCATED_FROM = "0.5.1"
+# (first release, family name) in ascending order, from the one release table
+# (guard_core.support.FLASHINFER_RELEASES).
+FAMILIES = support.families()
 
 
 def family(version: str) -> str:
@@ -70,16 +65,7 @@ class Features:
 
 @lru_cache(maxsize=64)
 def features(version: str) -> Features:
-    v = parse_version(version)
-    ge = lambda first: v >= parse_version(first)  # noqa: E731
-    return Features(
-        vo512_rule=ge("0.6.14"),
-        uniform_q_len=ge("0.6.16"),
-        qk512_and_smem=ge("0.6.18"),
-        rows_by_query=ge("0.7.1"),
-        fixed_uniform_q_len=ge("0.7.4"),
-        colocated=ge(_COLOCATED_FROM),
-    )
+    return Features(**{name: support.has(version, name) for name in Features.__dataclass_fields__})
 
 
 class PlannerError(ValueError):
@@ -335,15 +321,16 @@ def prefill_plan(
 
 # ------------------------------------------------------- CUDA-core DecodePlan
 
+@lru_cache(maxsize=64)
 def decode_group_sizes(version: str) -> frozenset:
     """GQA groups the CUDA-core decode kernels are dispatched for (DISPATCH_GQA_GROUP_SIZE)."""
-    v = parse_version(version)
-    sizes = {1, 2, 3, 4, 8}
-    if v >= parse_version("0.6.18"):
-        sizes.add(6)
-    if v >= parse_version("0.7.1"):
-        sizes.add(16)
-    return frozenset(sizes)
+    return support.decode_group_sizes(version)
+
+
+def decode_uniform_q_len(caller: str, version: str) -> bool:
+    """Whether ``caller``'s tensor-core decode plan passes uniform_q_len=1 and
+    fixed_uniform_q_len=True (FlashInfer 0.7.4's own decode wrapper, which SGLang calls)."""
+    return support.decode_passes_uniform_q_len(caller, version)
 
 
 def decode_plan(
