@@ -26,7 +26,8 @@ What is replaced, and only that (GPU kernels and device queries cannot run here)
   ``determine_attention_backend``), ``flashinfer.utils.get_device_sm_count``,
   ``torch.cuda.get_device_capability`` / ``get_device_properties`` / ``get_device_name`` report
   the scenario's GPU; ``guard_core.gpus.detect_gpu`` (the guard's own device seam) likewise.
-- ``pin_memory=True`` in ``torch.empty`` is dropped (page-locking needs a CUDA driver).
+- ``pin_memory=True`` in ``torch.empty`` is dropped (page-locking needs a CUDA driver), and
+  ``torch.cuda.device(d)`` is a no-op for a CPU ``d`` (device selection).
 
 Everything else is real: FlashInfer's Python wrappers and their backend choice, the framework's
 builders. The library is cached under ``$FLASHINFER_GUARD_CACHE`` (default
@@ -487,6 +488,21 @@ def install(gpu_name: str, num_sms: int, cc: tuple[int, int], *, kernel_occupanc
     torch.cuda.get_device_capability = lambda device=None: cc_t
     torch.cuda.get_device_properties = lambda device=None: props
     torch.cuda.get_device_name = lambda device=None: gpu_name
+
+    real_device = torch.cuda.device
+
+    class device:  # torch.cuda.device(d): selecting a CUDA device; a no-op for the CPU tensors here
+        def __init__(self, dev):
+            self._inner = None if getattr(torch.device(dev) if isinstance(dev, str) else dev, "type",
+                                          "cuda") == "cpu" else real_device(dev)
+
+        def __enter__(self):
+            return self._inner.__enter__() if self._inner is not None else None
+
+        def __exit__(self, *exc):
+            return self._inner.__exit__(*exc) if self._inner is not None else False
+
+    torch.cuda.device = device
 
     real_empty = torch.empty
 

@@ -1,0 +1,555 @@
+"""Real-calls scenarios: vLLM's own FlashInfer code paths with FlashInfer's real planner.
+
+    python tests/vllm/realcalls_scenarios.py GROUP [--cases a,b] [--phases baseline,guard]
+
+One process per GPU group (vLLM and FlashInfer cache device capability checks per process); each
+group runs several cases, each with fresh configs and builders. Every case prints one
+``RESULT: {json}`` line.
+
+Per case: vLLM's config objects (ModelConfig, ParallelConfig, CacheConfig, SchedulerConfig,
+SpeculativeConfig, CompilationConfig), the model's real ``Attention`` layers and their KV-cache
+specs, vLLM's own CUDA-graph mode resolution (``resolve_cudagraph_mode_and_sizes`` with the
+builder's ``get_cudagraph_support``), the real ``FlashInferMetadataBuilder`` (or, for attention
+groups sharing one buffer, the V2 model runner's ``init_attn_backend``), and vLLM's own
+``CudagraphDispatcher`` for the capture list, replayed largest first as ``capture_model`` does:
+warm-up ``build()`` then ``build_for_cudagraph_capture()`` with the dummy batch
+``_dummy_run`` makes (uniform decode, ``seq_lens = max_query_len``). Then eager batches through
+``build()``: the batches guard_core names as the worst (long KV, short query), and a few more.
+
+Each process first runs its cases with vLLM alone (phase "baseline", no plugin loaded), then
+loads the plugins through vLLM's own ``vllm.plugins.load_general_plugins`` (the guard's entry
+point) and runs them again with fresh configs and builders (phase "guard"). The guard's prediction (planners, need) comes from
+``vllm_guard.workspace.describe`` / ``decide`` on the same builder.
+
+What is faked, and why (nothing else is):
+- FlashInfer's compiled modules and the device queries: tests/realcalls/standin.py (GPU kernels
+  and a GPU do not exist here; the planner itself is FlashInfer's own code).
+- vLLM's platform: the CPU-less "unspecified" platform reports the scenario GPU's compute
+  capability and name, supports static CUDA graphs, has no pinned memory.
+- vLLM's Triton kernel that copies block-table rows into ``paged_kv_indices`` (a GPU kernel):
+  the same copy in torch on the CPU.
+- For decode context parallel: the DCP process group (``get_dcp_group``) reports world size 2,
+  rank 0; one process cannot hold two ranks of a real group. The config says DCP 2 as well.
+- TRT-LLM decode unavailable: ``flashinfer_cubin`` is made unimportable (as if not installed), so vLLM's
+  real ``has_nvidia_artifactory`` goes on to its network probe, which fails offline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+for p in (REPO, HERE):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+from scenarios import configure_vllm_logging, model_dir  # noqa: E402
+
+MIB = 1 << 20
+
+# models: (num_attention_heads, num_key_value_heads, head_dim) of the full config
+QWEN35 = dict(heads=32, kv_heads=2, head_dim=256)  # Qwen3.5-397B-A17B full attention
+GPUS = {
+    "l40s": ("NVIDIA L40S", 142, (8, 9)),
+    "h200": ("NVIDIA H200", 132, (9, 0)),
+    "b200": ("NVIDIA B200", 148, (10, 0)),
+    "b300": ("NVIDIA B300", 160, (10, 3)),
+}
+
+
+@dataclasses.dataclass
+class Case:
+    name: str
+    model: dict = dataclasses.field(default_factory=lambda: dict(QWEN35))
+    tp: int = 1
+    dcp: int = 1
+    kv_cache_dtype: str = "auto"
+    draft: int = 0
+    max_num_seqs: int = 512
+    max_num_batched_tokens: int = 8192
+    capture: int | None = None  # max_cudagraph_capture_size (None: vLLM's default)
+    max_model_len: int = 32768
+    layout: str = "full"  # "full" | "swa+full" (two KV-cache groups sharing one buffer, V2 runner)
+    sliding_window: int = 4096
+    eager: bool = True
+
+
+# GPU group -> (gpu key, trtllm cubins visible, cases)
+GROUPS: dict[str, tuple[str, bool, list[Case]]] = {
+    "l40s": ("l40s", True, [
+        Case("seed"),
+        Case("tp2", tp=2),
+        Case("spec1", draft=1),
+        Case("spec3", draft=3),
+        Case("swa_shared", layout="swa+full"),
+    ]),
+    "h200": ("h200", True, [
+        Case("h200_bf16"),
+        Case("h200_fp8kv", kv_cache_dtype="fp8"),
+    ]),
+    "b200_trtllm": ("b200", True, [
+        Case("b200_trtllm"),
+        Case("b200_dcp2", tp=4, dcp=2),  # DCP needs TP > KV heads (vLLM checks it)
+    ]),
+    "b200_no_trtllm": ("b200", False, [
+        Case("b200_no_trtllm"),
+    ]),
+    # vLLM 0.32.0: B200 without TRT-LLM decode, 8192 batched tokens, the line's default ceiling
+    "b200_no_trtllm_1024": ("b200", False, [
+        Case("b200_no_trtllm_1024", max_num_seqs=1024, max_num_batched_tokens=8192),
+    ]),
+}
+
+
+def result(**kw) -> None:
+    print("RESULT: " + json.dumps(kw, default=str), flush=True)
+
+
+# --- what cannot run here ---------------------------------------------------------------------
+
+def hide_cubins() -> None:
+    """flashinfer-cubin as if not installed: ``importlib.util.find_spec`` answers None and an import
+    raises ImportError (a ``None`` entry in sys.modules does both)."""
+    os.environ.pop("VLLM_HAS_FLASHINFER_CUBIN", None)
+    for k in [k for k in sys.modules if k.startswith("flashinfer_cubin.")]:
+        del sys.modules[k]
+    sys.modules["flashinfer_cubin"] = None
+
+
+def gpu_platform(name: str, cc: tuple[int, int]) -> None:
+    from vllm.platforms import current_platform
+    from vllm.platforms.interface import DeviceCapability
+
+    cls = type(current_platform)
+    cls.support_static_graph_mode = classmethod(lambda c: True)
+    cls.is_pin_memory_available = classmethod(lambda c: False)
+    cls.get_device_capability = classmethod(lambda c, device_id=0: DeviceCapability(*cc))
+    cls.get_device_name = classmethod(lambda c, device_id=0: name)
+
+
+class _CopyPageIndices:
+    """vLLM's ``_copy_page_indices_kernel`` (Triton, GPU) as a CPU copy: row i of the block table,
+    its first ``indptr[i+1]-indptr[i]`` entries, into ``page_indices[indptr[i]:indptr[i+1]]``."""
+
+    def __getitem__(self, grid):
+        def launch(page_indices, block_table, block_table_stride, indptr, BLOCK_SIZE=1024):
+            ip = indptr.tolist()
+            for i in range(int(grid[0])):
+                n = ip[i + 1] - ip[i]
+                if n > 0:
+                    page_indices[ip[i]:ip[i + 1]] = block_table[i, :n]
+
+        return launch
+
+
+def cpu_kernels(module) -> None:
+    if hasattr(module, "_copy_page_indices_kernel"):
+        module._copy_page_indices_kernel = _CopyPageIndices()
+
+
+@contextlib.contextmanager
+def dcp_group(world_size: int):
+    if world_size <= 1:
+        yield
+        return
+    import types
+
+    import vllm.distributed.parallel_state as ps
+    import vllm.v1.attention.backends.flashinfer as m
+
+    group = types.SimpleNamespace(world_size=world_size, rank_in_group=0, device_group=None)
+    saved = {mod: mod.get_dcp_group for mod in (ps, m) if hasattr(mod, "get_dcp_group")}
+    for mod in saved:
+        mod.get_dcp_group = lambda: group
+    try:
+        yield
+    finally:
+        for mod, fn in saved.items():
+            mod.get_dcp_group = fn
+
+
+# --- vLLM objects -------------------------------------------------------------------------------
+
+def model_config_dict(case: Case) -> dict:
+    m = case.model
+    cfg = {
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+        "hidden_size": 4096, "num_attention_heads": m["heads"], "num_key_value_heads": m["kv_heads"],
+        "head_dim": m["head_dim"], "num_hidden_layers": 2, "intermediate_size": 8192, "vocab_size": 151936,
+        "max_position_embeddings": 131072, "torch_dtype": "bfloat16", "rms_norm_eps": 1e-6,
+        "rope_theta": 10000000,
+    }
+    return cfg
+
+
+def make_vllm_config(case: Case):
+    import torch  # noqa: F401
+    from vllm.config import (CacheConfig, CompilationConfig, DeviceConfig, ModelConfig, ParallelConfig,
+                             SchedulerConfig, VllmConfig)
+
+    mc = ModelConfig(model=model_dir(model_config_dict(case)), skip_tokenizer_init=True,
+                     max_model_len=case.max_model_len)
+    pc_kw = dict(tensor_parallel_size=case.tp)
+    if case.dcp > 1:
+        pc_kw["decode_context_parallel_size"] = case.dcp
+    pc = ParallelConfig(**pc_kw)
+    cc_kw = {"cache_dtype": case.kv_cache_dtype}
+    cache = CacheConfig(block_size=16, **cc_kw)
+    sched = SchedulerConfig(max_num_seqs=case.max_num_seqs, max_num_batched_tokens=case.max_num_batched_tokens,
+                            max_model_len=case.max_model_len, is_encoder_decoder=False)
+    comp_kw = dict(cudagraph_mode="FULL_AND_PIECEWISE")
+    if case.capture:
+        comp_kw["max_cudagraph_capture_size"] = case.capture
+    kw = dict(model_config=mc, parallel_config=pc, cache_config=cache, scheduler_config=sched,
+              device_config=DeviceConfig(device="cpu"), compilation_config=CompilationConfig(**comp_kw))
+    if case.draft:
+        from vllm.config import SpeculativeConfig
+
+        kw["speculative_config"] = SpeculativeConfig(
+            method="ngram", num_speculative_tokens=case.draft, prompt_lookup_max=4, prompt_lookup_min=2,
+            target_model_config=mc, target_parallel_config=pc)
+    return VllmConfig(**kw)
+
+
+def make_layers(case: Case, vc):
+    """The model's attention layers (per rank) and their KV-cache groups [(layer names, spec)]."""
+    from vllm.config import set_current_vllm_config
+    from vllm.v1.attention.backends.flashinfer import FlashInferBackend
+
+    try:
+        from vllm.model_executor.layers.attention import Attention
+    except ImportError:  # older layout
+        from vllm.attention.layer import Attention
+
+    m = case.model
+    heads, kv = m["heads"] // case.tp, max(1, m["kv_heads"] // case.tp)
+    kinds = ["full", "full"] if case.layout == "full" else ["swa", "full", "swa", "full"]
+    layers = []
+    with set_current_vllm_config(vc):
+        for i, kind in enumerate(kinds):
+            layers.append(Attention(
+                num_heads=heads, head_size=m["head_dim"], scale=m["head_dim"] ** -0.5, num_kv_heads=kv,
+                cache_config=vc.cache_config, per_layer_sliding_window=case.sliding_window if kind == "swa" else None,
+                attn_backend=FlashInferBackend, prefix=f"model.layers.{i}.self_attn.attn"))
+        groups: dict = {}
+        for layer in layers:
+            spec = layer.get_kv_cache_spec(vc)
+            groups.setdefault(spec, []).append(layer.layer_name)
+    return layers, [(names, spec) for spec, names in groups.items()]
+
+
+def resolve_layout(vc, specs) -> None:
+    """vLLM 0.32+: the engine core resolves one KV-cache layout from what the workers' backends
+    support before any builder builds (``resolve_kv_cache_layout``); older lines read an env var."""
+    try:
+        from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
+    except ImportError:
+        return
+    from vllm.v1.attention.backends.flashinfer import FlashInferBackend
+
+    if getattr(vc.cache_config, "kv_cache_layout", None) is None:
+        names = [layout.name for layout in get_supported_kv_cache_layouts([FlashInferBackend])]
+        resolve_kv_cache_layout(vc, [names], specs)
+
+
+def resolve_cudagraphs(case: Case, vc, specs):
+    from vllm.v1.attention.backends.flashinfer import FlashInferMetadataBuilder
+
+    supports = [FlashInferMetadataBuilder.get_cudagraph_support(vc, spec) for spec in specs]
+    least = min(supports, key=lambda s: s.value)
+    mode = vc.compilation_config.resolve_cudagraph_mode_and_sizes(
+        least, "FlashInferBackend", 1 + case.draft, case.tp, None, case.max_num_seqs)
+    return mode, least
+
+
+def make_builders(case: Case, vc, groups):
+    import torch
+    from vllm.v1.attention.backends.flashinfer import FlashInferMetadataBuilder
+
+    dev = torch.device("cpu")
+    if case.layout == "full":
+        return [FlashInferMetadataBuilder(spec, names, vc, dev) for names, spec in groups]
+    # attention groups sharing one workspace: the V2 model runner's own set-up
+    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.worker.gpu.attn_utils import init_attn_backend
+
+    kcc = KVCacheConfig(num_blocks=4096, kv_cache_tensors=[],
+                        kv_cache_groups=[KVCacheGroupSpec(names, spec) for names, spec in groups])
+    attn_groups, _, _ = init_attn_backend(kcc, vc, dev)
+    return [g.get_metadata_builder(0) for gs in attn_groups for g in gs]
+
+
+def common_metadata(query_lens: list[int], seq_lens: list[int], block_size: int, max_model_len: int,
+                    dcp: int = 1):
+    """A CommonAttentionMetadata as vLLM's model runner fills it (CPU tensors)."""
+    import torch
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+    n = len(query_lens)
+    qsl = torch.zeros(n + 1, dtype=torch.int32)
+    qsl[1:] = torch.cumsum(torch.tensor(query_lens, dtype=torch.int32), 0)
+    sl = torch.tensor(seq_lens, dtype=torch.int32)
+    max_blocks = max(1, -(-max(seq_lens) // block_size))
+    bt = torch.arange(n * max_blocks, dtype=torch.int32).reshape(n, max_blocks)
+    tokens = int(qsl[-1])
+    fields = {f.name for f in dataclasses.fields(CommonAttentionMetadata)}
+    kw = dict(query_start_loc=qsl, query_start_loc_cpu=qsl.clone(), seq_lens=sl, num_reqs=n,
+              num_actual_tokens=tokens, max_query_len=max(query_lens), max_seq_len=max(seq_lens),
+              block_table_tensor=bt, slot_mapping=torch.zeros(tokens, dtype=torch.int64), causal=True)
+    if "_seq_lens_cpu" in fields:
+        kw["_seq_lens_cpu"] = sl.clone()
+        kw["_num_computed_tokens_cpu"] = sl - torch.tensor(query_lens, dtype=torch.int32)
+    if "seq_lens_cpu" in fields:
+        kw["seq_lens_cpu"] = sl.clone()
+    if "num_computed_tokens_cpu" in fields:
+        kw["num_computed_tokens_cpu"] = sl - torch.tensor(query_lens, dtype=torch.int32)
+    if "is_prefilling" in fields:
+        kw["is_prefilling"] = torch.tensor([q > 1 for q in query_lens])
+    if "positions" in fields:
+        kw["positions"] = torch.zeros(tokens, dtype=torch.int64)
+    kw = {k: v for k, v in kw.items() if k in fields}
+    return CommonAttentionMetadata(**kw)
+
+
+# --- the guard's prediction ---------------------------------------------------------------------
+
+def prediction(builder, module) -> dict:
+    """What the adapter predicts for this builder: planners per phase, the need, the scenarios."""
+    out: dict = {}
+    try:
+        import vllm_guard.workspace as ws
+        from guard_core import gpus
+
+        from guard_core.versions import flashinfer_version
+
+        gpu = gpus.detect_gpu(getattr(builder, "device", None))
+        described = ws.describe(builder, gpu)
+        layout, limits = described[0], described[1]
+        if hasattr(ws, "requirement"):  # the adapter's own path: planners chosen by guard_core.dispatch
+            req = ws.requirement(builder, gpu, flashinfer_version())
+        else:
+            from guard_core.sizing import compute_requirement
+
+            req = compute_requirement(layout, limits, gpu, flashinfer_version(), described[2], caller="vllm")
+        planners = req.planners
+        out["planners"] = {"prefill": planners.prefill, "decode": planners.decode}
+        out["layout"] = dataclasses.asdict(req.layout) if dataclasses.is_dataclass(req.layout) else str(req.layout)
+        out["limits"] = {k: (list(v) if isinstance(v, tuple) else v)
+                         for k, v in (dataclasses.asdict(limits) if dataclasses.is_dataclass(limits) else {}).items()}
+        out["need_bytes"] = req.float_bytes
+        out["notes"] = list(req.notes)
+        out["scenarios"] = [{"name": s.name, "batch": s.batch, "q_len": s.q_len, "planner": s.planner,
+                             "float_bytes": s.float_bytes, "int_bytes": s.int_bytes} for s in req.scenarios]
+        out["dominant"] = ({"name": req.dominant.name, "batch": req.dominant.batch, "q_len": req.dominant.q_len}
+                           if req.dominant else None)
+    except Exception as exc:  # reported to the test, which fails on it
+        out["error"] = f"{type(exc).__name__}: {exc}"
+        traceback.print_exc()
+    try:
+        import vllm_guard.workspace as ws
+
+        dec, server = ws.decide(builder, module)
+        out["server_bytes"] = server
+        if dec is not None:
+            out["decision"] = {"action": getattr(dec, "action", None), "line": getattr(dec, "line", None),
+                               "allocate_bytes": getattr(dec, "allocate_bytes", None),
+                               "numbers": dict(getattr(dec, "numbers", {}) or {})}
+    except Exception as exc:
+        out["decide_error"] = f"{type(exc).__name__}: {exc}"
+        traceback.print_exc()
+    return out
+
+
+# --- replay ---------------------------------------------------------------------------------------
+
+def capture(case: Case, vc, mode, builders, rec, log) -> None:
+    """vLLM's capture_model order: the dispatcher's FULL descriptors, largest first; per
+    descriptor the warm-up runs (build) and the capture run (build_for_cudagraph_capture)."""
+    from vllm.config import CUDAGraphMode
+    from vllm.v1.cudagraph_dispatcher import CudagraphDispatcher
+
+    disp = CudagraphDispatcher(vc)
+    disp.initialize_cudagraph_keys(mode, 1 + case.draft)
+    warmups = int(getattr(vc.compilation_config, "cudagraph_num_of_warmups", 1) or 0)
+    q = 1 + case.draft
+    for rmode, descs in disp.get_capture_descs():
+        if rmode != CUDAGraphMode.FULL:
+            continue  # piecewise graphs do not capture attention metadata
+        for desc in descs:
+            num_reqs = desc.num_reqs or min(desc.num_tokens // q, case.max_num_seqs)
+            if desc.uniform:
+                qlens = [q] * num_reqs
+                if desc.num_tokens % q:
+                    qlens[-1] = desc.num_tokens % q
+            else:
+                base = desc.num_tokens // num_reqs
+                qlens = [base] * num_reqs
+                qlens[-1] += desc.num_tokens % num_reqs
+            seq = [max(qlens)] * num_reqs
+            for bi, b in enumerate(builders):
+                cm = common_metadata(qlens, seq, b.page_size, case.max_model_len)
+                for i in range(warmups):
+                    rec.tag = f"capture_warmup:{desc.num_tokens}:b{bi}"
+                    b.build(common_prefix_len=0, common_attn_metadata=cm)
+                rec.tag = f"capture:{desc.num_tokens}:b{bi}"
+                b.build_for_cudagraph_capture(cm)
+            log.append(desc.num_tokens)
+
+
+def eager_batches(case: Case, pred: dict) -> list[tuple[str, list[int], list[int]]]:
+    """(label, query lens, seq lens): the core's worst eager batches (short query, long KV), and a
+    few ordinary ones."""
+    out = []
+    mml, mbt, mns = case.max_model_len, case.max_num_batched_tokens, case.max_num_seqs
+    for s in pred.get("scenarios", []):
+        if s["name"] not in ("eager_decode", "eager_prefill"):
+            continue
+        n, q = int(s["batch"]), int(s["q_len"])
+        n = max(1, min(n, mns, mbt // max(q, 1)))
+        out.append((f"core_{s['name']}:{n}x{q}", [q] * n, [mml] * n))
+    # short queries against long KV caches, the planner's split-KV worst case, at a few batch sizes
+    for n in (1, 2, 4, 8, 16, 64, 142, 284):
+        if n <= mns:
+            out.append((f"decode_long_kv:{n}", [1] * n, [mml] * n))
+    for q in (8, 16, 64):
+        for n in (1, 4, 16):
+            if n * q <= mbt and n <= mns:
+                out.append((f"prefill_long_kv:{n}x{q}", [q] * n, [mml] * n))
+    if case.draft:  # speculative verify: 1 + k query tokens per request against long KV
+        q = 1 + case.draft
+        for n in sorted({1, 16, 64, 142, min(mns, mbt // q)}):
+            if n * q <= mbt and n <= mns:
+                out.append((f"verify_long_kv:{n}x{q}", [q] * n, [mml] * n))
+    out.append((f"prefill_full:{mbt}", [mbt], [mbt]))
+    out.append(("mixed", [1] * 64 + [mbt - 64], [mml] * 64 + [mbt - 64]))
+    return out
+
+
+def run_case(case: Case, rec, module, args) -> dict:
+    import torch  # noqa: F401
+
+    from vllm.config import set_current_vllm_config
+
+    t0 = time.time()
+    start = len(rec.calls)
+    vc = make_vllm_config(case)
+    out: dict = {"case": case.name, "config": dataclasses.asdict(case)}
+    with set_current_vllm_config(vc), dcp_group(case.dcp):
+        layers, groups = make_layers(case, vc)
+        resolve_layout(vc, [spec for _, spec in groups])
+        mode, support = resolve_cudagraphs(case, vc, [spec for _, spec in groups])
+        builders = make_builders(case, vc, groups)
+        out["cudagraph_mode"] = str(mode)
+        out["cg_support"] = str(support)
+        out["capture_sizes"] = list(vc.compilation_config.cudagraph_capture_sizes or [])
+        out["max_capture"] = vc.compilation_config.max_cudagraph_capture_size
+        out["builders"] = []
+        for b in builders:
+            out["builders"].append({
+                "num_qo_heads": b.num_qo_heads, "num_kv_heads": b.num_kv_heads, "head_dim": b.head_dim,
+                "page_size": b.page_size, "window_left": getattr(b, "window_left", None),
+                "kv_cache_dtype": str(getattr(b, "kv_cache_dtype", None)), "q_data_type": str(getattr(b, "q_data_type", None)),
+                "use_trtllm_decode_attention": getattr(b, "use_trtllm_decode_attention", None),
+                "dcp_world_size": getattr(b, "dcp_world_size", 1),
+                "decode_cudagraph_max_bs": getattr(b, "_decode_cudagraph_max_bs", None),
+                "reorder_batch_threshold": getattr(b, "reorder_batch_threshold", None),
+                "enable_cuda_graph": getattr(b, "enable_cuda_graph", None),
+            })
+        out["prediction"] = [prediction(b, module) for b in builders]
+        captured: list[int] = []
+        out["crash"] = None
+        try:
+            capture(case, vc, mode, builders, rec, captured)
+        except RuntimeError as exc:
+            out["crash"] = {"phase": "capture", "error": str(exc)}
+        out["captured"] = captured
+        eager = []
+        if case.eager and out["crash"] is None:
+            for label, qlens, seqs in eager_batches(case, out["prediction"][0]):
+                try:
+                    for bi, b in enumerate(builders):
+                        rec.tag = f"eager:{label}:b{bi}"
+                        b.build(common_prefix_len=0,
+                                common_attn_metadata=common_metadata(qlens, seqs, b.page_size, case.max_model_len))
+                    eager.append(label)
+                except RuntimeError as exc:
+                    out["crash"] = {"phase": f"eager {label}", "error": str(exc)}
+                    break
+        out["eager"] = eager
+        bufs = []
+        for b in builders:
+            buf = getattr(b, "_workspace_buffer", None)
+            bufs.append(None if buf is None else {"bytes": int(buf.numel() * buf.element_size()),
+                                                  "id": id(buf)})
+        out["buffers"] = bufs
+    calls = rec.calls[start:]
+    out["calls"] = [{k: c.get(k) for k in ("seq", "tag", "wrapper", "backend", "planner", "batch_size",
+                                             "total_num_rows", "qo", "kv", "num_qo_heads", "num_kv_heads",
+                                             "head_dim_qk", "page_size", "cuda_graph", "q_dtype", "kv_dtype",
+                                             "float_workspace_bytes", "float_bytes", "int_bytes", "split_kv",
+                                             "padded_batch_size", "cta_tile_q", "ok", "error")}
+                    for c in calls]
+    out["seconds"] = round(time.time() - t0, 1)
+    return out
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("group", choices=sorted(GROUPS))
+    p.add_argument("--cases", default="")
+    p.add_argument("--phases", default="baseline,guard",
+                   help="baseline: vLLM alone; guard: after vllm.plugins.load_general_plugins()")
+    args = p.parse_args(argv)
+    gpu_key, cubins, cases = GROUPS[args.group]
+    if args.cases:
+        wanted = set(args.cases.split(","))
+        cases = [c for c in cases if c.name in wanted]
+    phases = [x for x in args.phases.split(",") if x]
+    name, sms, cc = GPUS[gpu_key]
+    if not cubins:
+        hide_cubins()
+    configure_vllm_logging()
+    from tests.realcalls import standin
+
+    rec = standin.install(name, sms, cc)
+    gpu_platform(name, cc)
+    import vllm.plugins
+    import vllm.v1.attention.backends.flashinfer as module
+
+    cpu_kernels(module)
+    import importlib.metadata as md
+
+    meta = {"vllm": md.version("vllm"), "flashinfer": md.version("flashinfer-python"), "gpu": [name, sms, list(cc)],
+            "cubins_visible": cubins, "group": args.group}
+    for phase in phases:
+        if phase == "guard":
+            # the plugin arrives through vLLM's own loader (entry point group vllm.general_plugins)
+            plugins_loaded_before = bool(vllm.plugins.plugins_loaded)
+            vllm.plugins.load_general_plugins()
+            get = module.FlashInferMetadataBuilder.__dict__.get("_get_workspace_buffer")
+            meta_phase = {"plugins_loaded_before": plugins_loaded_before,
+                          "guard_wrapped": bool(getattr(get, "__flashinfer_guard__", False))}
+        else:
+            meta_phase = {"plugins_loaded": bool(vllm.plugins.plugins_loaded)}
+        for case in cases:
+            try:
+                res = run_case(case, rec, module, args)
+            except Exception as exc:
+                traceback.print_exc()
+                res = {"case": case.name, "setup_error": f"{type(exc).__name__}: {exc}"}
+            res.update(meta)
+            res.update(meta_phase)
+            res["phase"] = phase
+            result(**res)
+
+
+if __name__ == "__main__":
+    main()
