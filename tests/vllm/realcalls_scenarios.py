@@ -109,6 +109,17 @@ GROUPS: dict[str, tuple[str, bool, list[Case]]] = {
 }
 
 
+# vLLM line -> the groups run there (tests/vllm/test_realcalls.py, benchmarks/bench_realcalls.py)
+LINES = {
+    "0.23.0": ["l40s", "h200", "b200_trtllm", "b200_no_trtllm"],
+    "0.32.0": ["b200_no_trtllm_1024"],
+    "0.33.0": ["l40s", "b200_no_trtllm_1024"],
+}
+
+# case name -> its group's GPU key
+GROUP_GPU = {c.name: g for g, cs in ((v[0], v[2]) for v in GROUPS.values()) for c in cs}
+
+
 def result(**kw) -> None:
     print("RESULT: " + json.dumps(kw, default=str), flush=True)
 
@@ -404,17 +415,29 @@ def capture(case: Case, vc, mode, builders, rec, log) -> None:
             log.append(desc.num_tokens)
 
 
-def eager_batches(case: Case, pred: dict) -> list[tuple[str, list[int], list[int]]]:
+def eager_batches(case: Case, preds: list[dict]) -> list[tuple[str, list[int], list[int]]]:
     """(label, query lens, seq lens): the core's worst eager batches (short query, long KV), and a
     few ordinary ones."""
     out = []
     mml, mbt, mns = case.max_model_len, case.max_num_batched_tokens, case.max_num_seqs
-    for s in pred.get("scenarios", []):
-        if s["name"] not in ("eager_decode", "eager_prefill"):
-            continue
-        n, q = int(s["batch"]), int(s["q_len"])
+    # FlashInfer's split-KV cap (scheduler.cuh: 2 CTAs per SM over KV heads) and the minimum
+    # chunk of 128 tokens: KV lengths whose chunk count lands on cap / t for a few query-tile
+    # counts t, where the planner's split batch (and its scratch) is largest
+    gpu = GPUS[GROUP_GPU[case.name]] if case.name in GROUP_GPU else None
+    kv_heads = max(1, case.model["kv_heads"] // case.tp)
+    cap = 2 * gpu[1] // kv_heads if gpu else 256
+    shapes = []
+    for pred in preds:
+        for s in pred.get("scenarios", []):
+            if s["name"] in ("eager_decode", "eager_prefill") and (s["name"], s["batch"], s["q_len"]) not in shapes:
+                shapes.append((s["name"], s["batch"], s["q_len"]))
+    for name, n, q in shapes:
+        n, q = int(n), int(q)
         n = max(1, min(n, mns, mbt // max(q, 1)))
-        out.append((f"core_{s['name']}:{n}x{q}", [q] * n, [mml] * n))
+        for chunks in sorted({max(2, cap // t) for t in range(1, 9)}, reverse=True):
+            kv = min(mml, -(-chunks // n) * 128)
+            out.append((f"core_{name}:{n}x{q}:kv{kv}", [q] * n, [kv] * n))
+        out.append((f"core_{name}:{n}x{q}:kv{mml}", [q] * n, [mml] * n))
     # short queries against long KV caches, the planner's split-KV worst case, at a few batch sizes
     for n in (1, 2, 4, 8, 16, 64, 142, 284):
         if n <= mns:
@@ -473,7 +496,7 @@ def run_case(case: Case, rec, module, args) -> dict:
         out["captured"] = captured
         eager = []
         if case.eager and out["crash"] is None:
-            for label, qlens, seqs in eager_batches(case, out["prediction"][0]):
+            for label, qlens, seqs in eager_batches(case, out["prediction"]):
                 try:
                     for bi, b in enumerate(builders):
                         rec.tag = f"eager:{label}:b{bi}"

@@ -36,20 +36,9 @@ SEED_ERROR = ("Buffer overflow when allocating memory for batch_prefill_tmp_v wi
               "alignment 16, but only 413138944 bytes available")
 SEED_NEED = 538_441_728  # FlashInfer 0.6.12, Qwen3.5 full attention, CUDA-graph decode batch 512
 
-# vLLM line -> the GPU groups (realcalls_scenarios.GROUPS) run there
-LINES = {
-    "0.23.0": ["l40s", "h200", "b200_trtllm", "b200_no_trtllm"],
-    "0.32.0": ["b200_no_trtllm_1024"],
-    "0.33.0": ["l40s", "b200_no_trtllm_1024"],
-}
-# (group, case) pairs per group, as realcalls_scenarios.GROUPS lists them
-CASES = {
-    "l40s": ["seed", "tp2", "spec1", "spec3", "swa_shared"],
-    "h200": ["h200_bf16", "h200_fp8kv"],
-    "b200_trtllm": ["b200_trtllm", "b200_dcp2"],
-    "b200_no_trtllm": ["b200_no_trtllm"],
-    "b200_no_trtllm_1024": ["b200_no_trtllm_1024"],
-}
+from realcalls_scenarios import GROUPS, LINES  # noqa: E402  (no vLLM import at module level)
+
+CASES = {g: [c.name for c in cases] for g, (_, _, cases) in GROUPS.items()}
 
 
 def _line() -> str:
@@ -242,10 +231,14 @@ def test_realcalls_planner_as_predicted(groups, group, case):
         for c in _calls_of(r, i):
             phase = "decode" if c["wrapper"] in DECODE_WRAPPERS else "prefill"
             if c["backend"] != want[phase]:
-                wrong.append(f"{c['tag']}: {c['wrapper']} planned {c['backend']} ({c['num_qo_heads']} q heads, "
-                             f"{c['float_bytes']} B) where the adapter predicted {phase} = {want[phase]}")
-    assert not wrong, f"{case}: {len(wrong)} calls differ from the prediction; e.g.\n" + "\n".join(
-        dict.fromkeys(w.split(":", 2)[0] + ":" + w.split(":", 2)[-1] for w in wrong))
+                wrong.append((f"builder {i}: {c['wrapper']} planned {c['backend']} ({c['num_qo_heads']} q heads) "
+                              f"where the adapter predicted {phase} = {want[phase]}",
+                              f"{c['tag']}, {c['float_bytes']} B"))
+    kinds: dict = {}
+    for what, where in wrong:
+        kinds.setdefault(what, where)
+    assert not wrong, f"{case}: {len(wrong)} calls differ from the prediction:\n" + "\n".join(
+        f"{what} (e.g. {where})" for what, where in kinds.items())
 
 
 @pytest.mark.parametrize("group,case", MATRIX, ids=[f"{c}" for _, c in MATRIX])
@@ -259,6 +252,29 @@ def test_realcalls_need_covers_real_calls(groups, group, case):
             f"{case}: builder {i} predicted need {pred.get('need_bytes')} B < real call {seen} B "
             f"({top and top['tag']}, {top and top['wrapper']} {top and top['backend']}, "
             f"{top and top['num_qo_heads']} q heads, batch {top and top['batch_size']})")
+
+
+@pytest.mark.parametrize("group,case", MATRIX, ids=[f"{c}" for _, c in MATRIX])
+def test_realcalls_core_eager_worst_is_real(groups, group, case):
+    """The eager batches guard_core names as the worst (long KV, short query), replayed through the
+    real builder with KV lengths around FlashInfer's split cap: the worst real call of that shape
+    needs exactly the core's figure."""
+    r = groups.get(group).get("guard", case)
+    off = []
+    for i, pred in enumerate(r["prediction"]):
+        for s in pred.get("scenarios", []):
+            if s["name"] not in ("eager_decode", "eager_prefill"):
+                continue
+            shape = f"core_{s['name']}:{s['batch']}x{s['q_len']}:"
+            real = [c for c in _calls_of(r, i) if (c.get("tag") or "").startswith("eager:" + shape)]
+            assert real, f"{case}: builder {i}: {shape} was not replayed"
+            best = max(c["float_bytes"] for c in real)
+            if best != s["float_bytes"]:
+                top = max(real, key=lambda c: c["float_bytes"])
+                off.append(f"builder {i} (window_left {r['builders'][i]['window_left']}): {s['name']} batch "
+                           f"{s['batch']} x q {s['q_len']}: core {s['float_bytes']} B, worst real call {best} B "
+                           f"({top['tag']}, {top['backend']})")
+    assert not off, f"{case}: " + "; ".join(off)
 
 
 @pytest.mark.parametrize("group,case", MATRIX, ids=[f"{c}" for _, c in MATRIX])
