@@ -15,13 +15,10 @@ import sys
 
 from . import __version__
 from .decisions import decide_moe
-from .frameworks import (NATIVE_VAR, default_capture_sizes, default_max_batched_tokens, default_workspace)
-from .gpus import GPU_TABLE, Gpu, find_spec, gpu_names
+from .gpus import Gpu, find_spec, gpu_names
 from .presets import DEFAULT_MODEL, PRESETS, ModelError, ModelFacts, load_model
-from .settings import ALL_VARIABLES, load_settings
-from .sizing import (INT_WORKSPACE_BYTES, AttentionLayout, Planners, ServingLimits, compute_requirement,
-                     largest_fitting_capture, round_up_mib)
-from .versions import flashinfer_version, installed_version, is_version
+from .settings import load_settings
+from .versions import flashinfer_version, installed_version
 from . import flashinfer_model as fm
 
 MIB = 1 << 20
@@ -114,35 +111,73 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="flashinfer-guard", description="Size FlashInfer's workspace before it crashes a server.")
     p.add_argument("--version", action="version", version=f"flashinfer-guard {__version__}")
     sub = p.add_subparsers(dest="cmd", parser_class=_Parser)
-    pl = sub.add_parser("plan", help="will this deployment overflow FlashInfer's workspace, and what fixes it?")
-    pl.add_argument("--model", default=None, help=f"preset name or config.json path (default {DEFAULT_MODEL})")
-    pl.add_argument("--qo-heads", type=_positive("--qo-heads"), help="query heads of the model (instead of --model)")
-    pl.add_argument("--kv-heads", type=_positive("--kv-heads"))
-    pl.add_argument("--head-dim", type=_positive("--head-dim"))
-    pl.add_argument("--v-head-dim", type=_positive("--v-head-dim"))
-    pl.add_argument("--tp", type=_positive("--tp"), default=1, help="attention tensor-parallel size")
-    pl.add_argument("--dcp", type=_positive("--dcp"), default=1, help="decode context parallel size (vLLM)")
-    pl.add_argument("--gpu", default=None, help=f"one of: {', '.join(gpu_names())} (default b300)")
-    pl.add_argument("--sms", type=_positive("--sms"), help="SM count (required for a GPU not in the table)")
-    pl.add_argument("--cc", default=None, help="compute capability, e.g. 9.0 (with --sms for unknown GPUs)")
-    pl.add_argument("--flashinfer", type=_version, default=None, help="FlashInfer version (default 0.7.0)")
-    pl.add_argument("--framework", choices=("vllm", "sglang"), default="vllm")
-    pl.add_argument("--framework-version", default=None, help="vLLM/SGLang version (changes its default buffer)")
-    pl.add_argument("--max-capture-batch", type=_positive("--max-capture-batch"), default=None)
-    pl.add_argument("--capture-sizes", type=_sizes, default=None, help="comma-separated CUDA-graph batch sizes")
-    pl.add_argument("--no-cuda-graph", action="store_true", help="the server runs eagerly")
-    pl.add_argument("--max-num-seqs", type=_positive("--max-num-seqs"), default=None)
-    pl.add_argument("--max-batched-tokens", type=_positive("--max-batched-tokens"), default=None)
-    pl.add_argument("--max-model-len", type=_positive("--max-model-len"), default=None)
-    pl.add_argument("--draft-tokens", type=_nonneg("--draft-tokens"), default=0)
-    pl.add_argument("--page-size", type=_positive("--page-size"), default=None)
-    pl.add_argument("--kv-dtype-bytes", type=_positive("--kv-dtype-bytes"), default=2)
-    pl.add_argument("--decode-planner", choices=("fa2", "decode", "trtllm"), default="fa2")
-    pl.add_argument("--prefill-planner", choices=("fa2", "fa3", "none"), default="fa2")
-    pl.add_argument("--decode-blocks-per-sm", type=_positive("--decode-blocks-per-sm"), default=None)
-    pl.add_argument("--workspace", default=None, help="the buffer the server will have (bytes or 512MiB)")
+    pl = sub.add_parser(
+        "plan", help="will this deployment overflow FlashInfer's workspace, and what fixes it?",
+        usage="flashinfer-guard plan [options] [-- LAUNCH COMMAND ...]",
+        description="Size FlashInfer's workspace for a deployment, offline. Every limit not given is what the "
+                    "simulated framework line chooses on the simulated GPU; the server's own launch command can "
+                    "follow `--` (vllm serve MODEL ..., python -m vllm.entrypoints.openai.api_server --model ..., "
+                    "python -m sglang.launch_server --model-path ...). Plan options override the command.")
+    pl.add_argument("--model", default=None,
+                    help=f"Hugging Face id (read from the local HF cache, then the presets), preset name, or a "
+                         f"config.json path; default: the command's model, else {DEFAULT_MODEL}")
+    pl.add_argument("--qo-heads", type=_positive("--qo-heads"), default=None,
+                    help="query heads of the whole model (instead of --model); default: from the model")
+    pl.add_argument("--kv-heads", type=_positive("--kv-heads"), default=None,
+                    help="KV heads of the whole model (with --qo-heads); default: from the model")
+    pl.add_argument("--head-dim", type=_positive("--head-dim"), default=None, help="query/key head dim (with --qo-heads); default: from the model")
+    pl.add_argument("--v-head-dim", type=_positive("--v-head-dim"), default=None,
+                    help="value head dim when it differs; default: the head dim")
+    pl.add_argument("--tp", type=_positive("--tp"), default=None,
+                    help="attention tensor-parallel size; default: the command's, else 1")
+    pl.add_argument("--dcp", type=_positive("--dcp"), default=None,
+                    help="decode context parallel size (vLLM); default: the command's, else 1")
+    pl.add_argument("--gpu", default=None, help=f"GPU simulated, one of: {', '.join(gpu_names())}; default b300")
+    pl.add_argument("--sms", type=_positive("--sms"), default=None,
+                    help="SM count (required for a GPU not in the table); default: the table's for --gpu")
+    pl.add_argument("--cc", default=None, help="compute capability such as 9.0 (with --sms for unknown GPUs); "
+                                               "default: the table's")
+    pl.add_argument("--flashinfer", type=_version, default=None,
+                    help="FlashInfer version; default: the one the simulated framework line pins")
+    pl.add_argument("--framework", choices=("vllm", "sglang"), default=None,
+                    help="server simulated; default: the command's, else vllm")
+    pl.add_argument("--framework-version", default=None,
+                    help="server line simulated (its defaults per GPU, its buffer, its FlashInfer pin); "
+                         "default: the seed's line, vLLM 0.19.1 / SGLang 0.5.5")
+    pl.add_argument("--trtllm-attention", choices=("on", "off"), default=None,
+                    help="vLLM on SM10x: whether FlashInfer's TRT-LLM attention cubins are usable (then decode "
+                         "plans nothing in this buffer); default: unknown, the larger need is kept")
+    pl.add_argument("--host-arch", choices=("x86_64", "aarch64"), default=None,
+                    help="CPU of the server host, for the MoE guard; default: aarch64 for GB200/GB300/GH200/GB10, "
+                         "else x86_64")
+    pl.add_argument("--max-capture-batch", type=_positive("--max-capture-batch"), default=None,
+                    help="CUDA-graph capture ceiling (vLLM --max-cudagraph-capture-size, SGLang --cuda-graph-max-bs); "
+                         "default: the line's rule")
+    pl.add_argument("--capture-sizes", type=_sizes, default=None,
+                    help="comma-separated CUDA-graph batch sizes; default: the line's list up to the ceiling")
+    pl.add_argument("--no-cuda-graph", action="store_true", help="the server runs eagerly (no CUDA graphs)")
+    pl.add_argument("--max-num-seqs", type=_positive("--max-num-seqs"), default=None,
+                    help="max concurrent requests (SGLang --max-running-requests); default: the line's rule per GPU")
+    pl.add_argument("--max-batched-tokens", type=_positive("--max-batched-tokens"), default=None,
+                    help="max tokens per step (SGLang --chunked-prefill-size); default: the line's rule per GPU")
+    pl.add_argument("--max-model-len", type=_positive("--max-model-len"), default=None,
+                    help="longest request in tokens; default: the command's, else the model's config, else unbounded")
+    pl.add_argument("--draft-tokens", type=_nonneg("--draft-tokens"), default=None,
+                    help="speculative tokens per step; default: the command's, else 0")
+    pl.add_argument("--page-size", type=_positive("--page-size"), default=None,
+                    help="KV page size; default: the command's, else vLLM 16 / SGLang 1")
+    pl.add_argument("--kv-dtype-bytes", type=_positive("--kv-dtype-bytes"), default=None,
+                    help="bytes per KV element; default: from the KV-cache dtype (2, or 1 for FP8)")
+    pl.add_argument("--decode-planner", choices=("fa2", "decode", "trtllm"), default=None,
+                    help="force the decode planner; default: chosen from the GPU, dtypes and framework")
+    pl.add_argument("--prefill-planner", choices=("fa2", "fa3", "none"), default=None,
+                    help="force the prefill planner; default: chosen from the GPU, dtypes and framework")
+    pl.add_argument("--decode-blocks-per-sm", type=_positive("--decode-blocks-per-sm"), default=None,
+                    help="CUDA-core decode kernel occupancy; default: an upper bound from threads and shared memory")
+    pl.add_argument("--workspace", default=None,
+                    help="check against this buffer (bytes or 512MiB) instead of the server's default")
     pl.add_argument("--all", action="store_true", help="list every capture size, not only the largest")
-    pl.add_argument("--json", action="store_true")
+    pl.add_argument("--json", action="store_true", help="machine-readable output, one entry per scenario")
     sub.add_parser("doctor", help="inspect this environment: versions, entry points, what each guard would do")
     pr = sub.add_parser("presets", help="list the embedded models")
     pr.add_argument("--json", action="store_true")
@@ -215,135 +250,19 @@ def _parse_workspace(text: str) -> int:
 
 
 def run_plan(a) -> dict:
-    facts, q, kv, dqk, dvo = _resolve_model(a)
-    gpu = _resolve_gpu(a)
-    fw = a.framework
-    fi = a.flashinfer or "0.7.0"
-    if facts is not None and facts.uses_mla:
-        return {"model": facts.as_dict(), "verdict": "not_applicable",
-                "reason": "MLA model: FlashInfer's MLA planner uses its own buffer, not the one guarded here"}
-    page = a.page_size or (16 if fw == "vllm" else 1)
-    tokens = a.max_batched_tokens or default_max_batched_tokens(fw)
-    max_seqs = a.max_num_seqs or 512
-    k = a.draft_tokens
-    if a.no_cuda_graph:
-        sizes: tuple[int, ...] = ()
-    elif a.capture_sizes:
-        sizes = a.capture_sizes
-    else:
-        cap = a.max_capture_batch or 512
-        if fw == "vllm":  # vLLM plans FlashInfer decode graphs up to (1 + k) * max_num_seqs tokens
-            cap = min(cap, (1 + k) * max_seqs)
-        sizes = default_capture_sizes(fw, cap)
-    layout = AttentionLayout(q, kv, dqk, dvo, page, a.kv_dtype_bytes)
-    limits = ServingLimits(capture_sizes=sizes, max_num_seqs=max_seqs, max_num_batched_tokens=tokens,
-                           draft_tokens=k, max_model_len=a.max_model_len)
-    planners = Planners(prefill=a.prefill_planner, decode=a.decode_planner,
-                        decode_blocks_per_sm=a.decode_blocks_per_sm)
-    req = compute_requirement(layout, limits, gpu, fi, planners, caller=fw)
-    server = default_workspace(fw, a.framework_version, architecture=facts.architecture if facts else None,
-                               max_num_batched_tokens=tokens, q_heads=q, head_dim=dqk)
-    buffer = _parse_workspace(a.workspace) if a.workspace else server
-    dom = req.dominant
-    overflow = dom.plan.first_overflow(buffer) if dom and req.float_bytes > buffer else None
-    verdict = "overflow" if req.float_bytes > buffer else "ok"
-    remedies: dict = {}
-    if verdict == "overflow":
-        size = round_up_mib(req.float_bytes)
-        remedies["workspace_bytes"] = size
-        remedies["env"] = f"{NATIVE_VAR[fw]}={size}"
-        if sizes:
-            remedies["largest_capture_batch_that_fits"] = largest_fitting_capture(
-                layout, limits, gpu, fi, planners, fw, buffer)
-        if fm.features(fi).rows_by_query is False:
-            fixed = compute_requirement(layout, limits, gpu, "0.7.1", planners, caller=fw)
-            remedies["flashinfer_0_7_1_need_bytes"] = fixed.float_bytes
-    scen = list(req.scenarios)
-    return {
-        "model": facts.as_dict() if facts else None,
-        "framework": fw, "framework_version": a.framework_version,
-        "flashinfer": fi, "flashinfer_family": fm.family(fi),
-        "gpu": {"name": gpu.name, "num_sms": gpu.num_sms, "cc": f"{gpu.cc[0]}.{gpu.cc[1]}"},
-        "layout": {"tp": a.tp, "num_qo_heads": q, "num_kv_heads": kv, "head_dim_qk": dqk, "head_dim_vo": dvo,
-                   "page_size": page, "kv_dtype_bytes": a.kv_dtype_bytes},
-        "limits": {"capture_sizes": list(sizes), "max_num_seqs": max_seqs, "max_batched_tokens": tokens,
-                   "draft_tokens": k, "max_model_len": a.max_model_len},
-        "planners": {"decode": planners.decode, "prefill": planners.prefill},
-        "scenarios": [s.as_dict() for s in scen],
-        "need": {"float_bytes": req.float_bytes, "int_bytes": req.int_bytes,
-                 "scenario": dom.name if dom else None, "batch": dom.batch if dom else None,
-                 "allocation": (dom.dominant_allocation.name if dom and dom.dominant_allocation else None)},
-        "int_workspace_bytes": INT_WORKSPACE_BYTES,
-        "server_default_bytes": server,
-        "workspace_bytes": buffer,
-        "verdict": verdict,
-        "overflow": overflow,
-        "remedies": remedies,
-        "notes": list(req.notes),
-    }
+    """The plan for parsed options (``a.launch``: the command after ``--``); logic in plan_report."""
+    from .plan_report import PlanUsageError, build
+    if not hasattr(a, "launch"):
+        a.launch = None
+    try:
+        return build(a, _resolve_gpu)
+    except PlanUsageError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def print_plan(r: dict, show_all: bool, out=sys.stdout) -> None:
-    w = out.write
-    if r["verdict"] == "not_applicable":
-        w(f"{r['model']['name']}: {r['reason']}\n")
-        return
-    m, l, g = r["model"], r["layout"], r["gpu"]
-    name = m["name"] if m else "custom model"
-    w(f"model      {name}: {l['num_qo_heads']} q / {l['num_kv_heads']} kv heads per rank (tp {l['tp']}), "
-      f"head_dim {l['head_dim_qk']}" + (f"/{l['head_dim_vo']}" if l['head_dim_vo'] != l['head_dim_qk'] else "")
-      + f", page {l['page_size']}\n")
-    w(f"gpu        {g['name']}: {g['num_sms']} SMs, compute capability {g['cc']}\n")
-    w(f"flashinfer {r['flashinfer']} (sizing family {r['flashinfer_family']}); {r['framework']}"
-      f"{' ' + r['framework_version'] if r['framework_version'] else ''}; decode planner {r['planners']['decode']}, "
-      f"prefill planner {r['planners']['prefill']}\n")
-    lim = r["limits"]
-    cs = lim["capture_sizes"]
-    w(f"limits     capture sizes {cs[0] if cs else '-'}..{cs[-1] if cs else '-'} ({len(cs)}), max seqs "
-      f"{lim['max_num_seqs']}, max batched tokens {lim['max_batched_tokens']}, draft tokens {lim['draft_tokens']}\n\n")
-    w(f"{'scenario':<19} {'batch':>6} {'q_len':>5} {'float bytes':>13} {'':>10} {'int bytes':>10}  dominant allocation\n")
-    rows = r["scenarios"]
-    if not show_all:
-        keep = []
-        for kind in ("cuda_graph_decode", "cuda_graph_verify"):
-            ks = [s for s in rows if s["name"] == kind]
-            if ks:
-                keep.append(max(ks, key=lambda s: (s["float_bytes"], s["batch"])))
-        keep += [s for s in rows if s["name"] not in ("cuda_graph_decode", "cuda_graph_verify")]
-        rows = keep
-    for s in rows:
-        w(f"{s['name']:<19} {s['batch']:>6} {s['q_len']:>5} {s['float_bytes']:>13,} {_fmt(s['float_bytes']):>10} "
-          f"{s['int_bytes']:>10,}  {s['dominant_allocation'] or '-'}\n")
-    if not show_all and len(rows) < len(r["scenarios"]):
-        w(f"({len(r['scenarios']) - len(rows)} smaller capture sizes not shown; --all lists them)\n")
-    n = r["need"]
-    w(f"\nneed       {n['float_bytes']:,} bytes ({_fmt(n['float_bytes'])}) float at {n['scenario']}"
-      f" batch {n['batch']} ({n['allocation']}); int {_fmt(n['int_bytes'])} of {_fmt(r['int_workspace_bytes'])}\n")
-    srv = r["server_default_bytes"]
-    w(f"{r['framework']} allocates {srv:,} bytes ({_fmt(srv)})"
-      + (f"; checking against --workspace {r['workspace_bytes']:,}" if r["workspace_bytes"] != srv else "") + "\n")
-    if r["verdict"] == "ok":
-        w(f"verdict    OK: the need fits with {_fmt(r['workspace_bytes'] - n['float_bytes'])} to spare\n")
-    else:
-        o = r["overflow"]
-        w("verdict    OVERFLOW: FlashInfer will raise at start-up:\n")
-        if o:
-            w(f"           Buffer overflow when allocating memory for {o['allocation']} with size {o['bytes']} "
-              f"and alignment {o['alignment']}, but only {o['available']} bytes available in AlignedAllocator.\n")
-        rem = r["remedies"]
-        w("remedies\n")
-        w(f"  - pip install flashinfer-guard in the server's environment: it raises the buffer to "
-          f"{_fmt(rem['workspace_bytes'])} automatically; or\n")
-        w(f"  - export {rem['env']}   ({_fmt(rem['workspace_bytes'])})\n")
-        if "largest_capture_batch_that_fits" in rem:
-            flag = "--max-cudagraph-capture-size" if r["framework"] == "vllm" else "--cuda-graph-max-bs"
-            w(f"  - or keep today's buffer and cap CUDA-graph batches at {rem['largest_capture_batch_that_fits']} "
-              f"({flag})\n")
-        if "flashinfer_0_7_1_need_bytes" in rem:
-            w(f"  - or upgrade to FlashInfer >= 0.7.1 (PR #5177): the need drops to "
-              f"{_fmt(rem['flashinfer_0_7_1_need_bytes'])}\n")
-    for note in r["notes"]:
-        w(f"note       {note}\n")
+    from .plan_report import print_report
+    print_report(r, show_all, out=out)
 
 
 def run_doctor(out=sys.stdout) -> int:
@@ -517,6 +436,8 @@ def main(argv=None) -> int:
 
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    from .plan_report import split_launch
+    argv, launch_cmd = split_launch(argv)  # plan [opts] -- <the server's launch command>
     out = io.StringIO()
     code = 0
     try:
@@ -529,6 +450,7 @@ def main(argv=None) -> int:
             if args.cmd is None:
                 args = parser.parse_args(["plan"])
             _check_args(args)
+            args.launch = launch_cmd
             result = run_plan(args)
             if args.json:
                 out.write(_strict_json(result) + "\n")

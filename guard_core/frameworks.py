@@ -324,7 +324,7 @@ def vllm_defaults(d: Deployment, line: str, line_source: str) -> Defaults:
     if tokens_n < ceiling:
         notes.append(f"capture ceiling {ceiling} lowered to the max batched tokens {tokens_n} ({label} caps it there)")
         ceiling = tokens_n
-        csrc += f", then at most the max batched tokens"
+        csrc += ", then at most the max batched tokens"
     v["max_capture"] = Derived(ceiling, csrc, bool(d.max_capture))
     if d.capture_sizes:
         sizes = sorted({b for b in d.capture_sizes if b <= tokens_n})

@@ -31,10 +31,16 @@ def test_plan_json_vllm_seed():
 
 
 def test_plan_json_sglang_seed():
+    # the seed ran on a B200: SGLang 0.5.5 captures up to 512 there (>= 160 GiB)
+    d = json.loads(run("plan", "--json", "--framework", "sglang", "--framework-version", "0.5.5",
+                       "--model", "Qwen/Qwen3-VL-32B-Instruct-FP8", "--gpu", "b200", "--flashinfer", "0.5.0").stdout)
+    assert d["server_default_bytes"] == 402653184 and d["verdict"] == "overflow"
+    assert d["limits"]["capture_sizes"][-1] == 512
+    assert d["overflow"] == {"allocation": "batch_prefill_tmp_s", "bytes": 3141632, "alignment": 16, "available": 524288}
+    # on an H200 (141 GB) at TP 1 SGLang 0.5.5 captures only up to 256: no crash there
     d = json.loads(run("plan", "--json", "--framework", "sglang", "--framework-version", "0.5.5",
                        "--model", "Qwen/Qwen3-VL-32B-Instruct-FP8", "--gpu", "h200", "--flashinfer", "0.5.0").stdout)
-    assert d["server_default_bytes"] == 402653184 and d["verdict"] == "overflow"
-    assert d["overflow"] == {"allocation": "batch_prefill_tmp_s", "bytes": 3141632, "alignment": 16, "available": 524288}
+    assert d["limits"]["capture_sizes"][-1] == 256 and d["verdict"] == "ok"
     # SGLang 0.5.6 puts Qwen3-VL on its 512 MiB list: no crash there
     d = json.loads(run("plan", "--json", "--framework", "sglang", "--framework-version", "0.5.6",
                        "--model", "Qwen3-VL-32B-Instruct", "--gpu", "h200", "--flashinfer", "0.5.3").stdout)
@@ -90,7 +96,7 @@ def test_config_json_vl_and_hybrid(tmp_path):
     p.mkdir()
     (p / "config.json").write_text(json.dumps(vl))
     d = json.loads(run("plan", "--json", "--model", str(p), "--flashinfer", "0.5.0", "--framework", "sglang",
-                       "--framework-version", "0.5.5", "--gpu", "h100").stdout)
+                       "--framework-version", "0.5.5", "--gpu", "h100", "--max-capture-batch", "512").stdout)
     assert d["need"]["float_bytes"] == 405270528
 
 
