@@ -505,7 +505,7 @@ def derive(d: Deployment) -> Defaults:
         elif rules != line:
             src = f"given; simulated with the rules read from {framework_label(fw)} {rules}"
     else:
-        line, src = DEFAULT_LINE[fw], f"default (the {framework_label(fw)} seed's line; --framework-version to change)"
+        line, src = DEFAULT_LINE[fw], f"default: the {framework_label(fw)} seed's line; --framework-version to change"
     return vllm_defaults(d, line, src) if fw == "vllm" else sglang_defaults(d, line, src)
 
 

@@ -138,7 +138,7 @@ def build(a, resolve_gpu, environ=None) -> dict:
         except ModelError as exc:
             raise PlanUsageError(str(exc)) from None
         if model_source_default:
-            model_source = "default model (the vLLM seed's)"
+            model_source = "the default model, the vLLM seed's"
         model_source = f"{name}: {model_source}" if name != facts.name else model_source
     # GPU
     gpu = resolve_gpu(a)
@@ -218,11 +218,15 @@ def build(a, resolve_gpu, environ=None) -> dict:
     planner_notes = []
     if fw == "vllm":
         trt = {"on": True, "off": False}.get(getattr(a, "trtllm_attention", None))
-        if trt is None:
-            trt = None if gpu.cc[0] == 10 else False
+        if trt is not None:
+            trt_src = f"TRT-LLM attention {a.trtllm_attention} (given)"
+        elif gpu.cc[0] == 10:
+            trt_src = "TRT-LLM attention unknown (SM10x: usable when FlashInfer's cubins are present)"
+        else:
+            trt, trt_src = False, f"no TRT-LLM attention off SM10x (cc {gpu.cc[0]}.{gpu.cc[1]})"
         tcd, tcd_why = True, "vLLM always decodes with tensor cores"
     else:
-        trt = False
+        trt, trt_src = False, ""
         tcd, tcd_why = sglang_tensor_core_decode(kv_kind, q, kv)
     choice = choose_planners(PlannerFacts(framework=fw, cc=gpu.cc, kv_dtype=kv_dtype, trtllm_attention=trt,
                                           dcp_size=dcp_v, tensor_core_decode=tcd))
@@ -292,7 +296,7 @@ def build(a, resolve_gpu, environ=None) -> dict:
                    "max_batched_tokens": limits.max_num_batched_tokens, "draft_tokens": limits.draft_tokens,
                    "max_model_len": limits.max_model_len},
         "planners": {"decode": planners.decode, "prefill": planners.prefill, "tensor_core_decode": tcd,
-                     "tensor_core_decode_reason": tcd_why},
+                     "tensor_core_decode_reason": tcd_why, "trtllm_attention": trt_src},
         "planner_candidates": cand_rows, "planner_missing": list(choice.missing), "planner_notes": planner_notes,
         "scenarios": scen,
         "need": {"float_bytes": req.float_bytes, "int_bytes": req.int_bytes,
@@ -383,7 +387,8 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
         w(f"  {'decode graphs planned':<24} {str(dg[0]) + '..' + str(dg[-1]):<14} FlashInfer decode plans up to "
           f"(1 + draft tokens) x max seqs\n")
     p = r["planners"]
-    w(f"planners   decode {p['decode']}, prefill {p['prefill']} ({p['tensor_core_decode_reason']})\n")
+    why = p["tensor_core_decode_reason"] + (f"; {p['trtllm_attention']}" if p.get("trtllm_attention") else "")
+    w(f"planners   decode {p['decode']}, prefill {p['prefill']} ({why})\n")
     for c in r["planner_candidates"]:
         if len(r["planner_candidates"]) > 1:
             w(f"  candidate decode {c['decode']}, prefill {c['prefill']}: {_fmt(c['float_bytes'])} ({c['reason']})\n")

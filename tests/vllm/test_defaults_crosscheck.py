@@ -167,7 +167,8 @@ def plan_says(gpu: str, args: dict) -> dict:
     d = Deployment(framework="vllm", line=VLLM, gpu_key=spec.key, cc=spec.cc, gpu_name=spec.name,
                    max_num_seqs=args.get("max_num_seqs"), max_batched_tokens=args.get("max_num_batched_tokens"),
                    max_model_len=args.get("max_model_len"), model_max_len=SHAPE["max_position_embeddings"],
-                   max_capture=args.get("max_cudagraph_capture_size"))
+                   max_capture=args.get("max_cudagraph_capture_size"),
+                   draft_tokens=(args.get("speculative_config") or {}).get("num_speculative_tokens"))
     r = derive(d)
     tokens = r.get("max_batched_tokens")
     return {
@@ -185,11 +186,13 @@ CASES = [
     ("gb10", {}), ("b300", {"max_num_seqs": 528, "max_model_len": 3072}),
     ("h100", {"max_num_seqs": 96}), ("b200", {"max_model_len": 3}),
     ("b300", {"max_cudagraph_capture_size": 1024, "max_num_seqs": 1024}),
+    ("b200", {"max_num_seqs": 64, "speculative_config": {"method": "ngram", "num_speculative_tokens": 3,
+                                                           "prompt_lookup_max": 3, "prompt_lookup_min": 2}}),
 ]
 EXTRA = [("b300", {"max_num_seqs": 528})]
 
 
-@pytest.mark.parametrize("gpu,args", CASES, ids=[f"{g}-{'-'.join(f'{k}={v}' for k, v in a.items()) or 'defaults'}"
+@pytest.mark.parametrize("gpu,args", CASES, ids=[f"{g}-{'-'.join(f'{k}={v}' for k, v in a.items() if k != 'speculative_config') or 'defaults'}" + ("-ngram3" if "speculative_config" in a else "")
                                                    for g, a in CASES])
 def test_plan_defaults_equal_vllm(gpu, args):
     real = vllm_says(gpu, args)
