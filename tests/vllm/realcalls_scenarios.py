@@ -26,6 +26,8 @@ What is faked, and why (nothing else is):
   and a GPU do not exist here; the planner itself is FlashInfer's own code).
 - vLLM's platform: the CPU-less "unspecified" platform reports the scenario GPU's compute
   capability and name, supports static CUDA graphs, has no pinned memory.
+- vLLM 0.33's ``FlashInferImpl`` allocates a TRT-LLM-gen counter buffer on device "cuda": on the
+  CPU instead (scenarios.cpu_only_impl_buffers).
 - vLLM's Triton kernel that copies block-table rows into ``paged_kv_indices`` (a GPU kernel):
   the same copy in torch on the CPU.
 - For decode context parallel: the DCP process group (``get_dcp_group``) reports world size 2,
@@ -51,7 +53,7 @@ for p in (REPO, HERE):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from scenarios import configure_vllm_logging, model_dir  # noqa: E402
+from scenarios import configure_vllm_logging, cpu_only_impl_buffers, model_dir  # noqa: E402
 
 MIB = 1 << 20
 
@@ -548,6 +550,11 @@ def main(argv=None) -> None:
     import vllm.v1.attention.backends.flashinfer as module
 
     cpu_kernels(module)
+    cpu_only_impl_buffers()  # vLLM 0.33's FlashInferImpl: TRT-LLM counter buffer on "cuda" -> CPU
+    if hasattr(module, "get_device_sm_count"):  # ... and the SM count: this scenario's GPU (the stand-in)
+        import flashinfer.utils
+
+        module.get_device_sm_count = flashinfer.utils.get_device_sm_count
     import importlib.metadata as md
 
     meta = {"vllm": md.version("vllm"), "flashinfer": md.version("flashinfer-python"), "gpu": [name, sms, list(cc)],

@@ -309,3 +309,18 @@ if not SEED_LINE:  # other lines: the seed tests do not apply (collected only on
     del test_realcalls_seed_crashes_without_guard, test_realcalls_seed_guarded
 if "swa_shared" not in CASES.get("l40s", []) or "l40s" not in GROUPS_HERE:
     del test_realcalls_shared_buffer_stays_shared
+
+
+STANDS_DOWN = [(g, c) for g, c in MATRIX] if LINE == "0.33.0" else []
+
+
+@pytest.mark.parametrize("group,case", STANDS_DOWN, ids=[c for _, c in STANDS_DOWN])
+def test_realcalls_stands_down_where_flashinfer_is_fixed(groups, group, case):
+    """vLLM 0.33.0 (FlashInfer 0.7.2.post1, PR #5177): vLLM's own buffer holds every real call; the
+    guard says ok and leaves vLLM's allocation as it is."""
+    r = groups.get(group).get("guard", case)
+    own = _vllm_own(r)
+    assert _largest_need(r) <= own
+    for i, pred in enumerate(r["prediction"]):
+        assert pred["decision"]["action"] == "ok", (i, pred["decision"])
+    assert [b["bytes"] for b in r["buffers"] if b] == [own] * len([b for b in r["buffers"] if b])
