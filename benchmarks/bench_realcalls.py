@@ -5,7 +5,8 @@ process per GPU group: vLLM alone, then with the guard loaded by vLLM's plugin l
 real planner from the installed release under vLLM's builders, see tests/realcalls/README.md) and
 prints, per case: the largest real need (float bytes of the largest plan() call, with the guard),
 the guard's buffer and vLLM's own buffer, each divided by that need. Target for the guard: 1.00 up
-to the 1 MiB rounding, never below 1; where vLLM's own buffer is larger the guard keeps it.
+to the 1 MiB rounding, never below 1; where vLLM's own buffer is larger the guard keeps it. "none":
+no buffer was allocated (every phase ran TRT-LLM-gen, nothing planned in it).
 
     <env python> benchmarks/bench_realcalls.py [--json]
 """
@@ -53,13 +54,14 @@ def rows(results: list[dict]) -> list[dict]:
             out.append({"case": case, "error": (g or {}).get("setup_error", "no result")})
             continue
         need = max((c["float_bytes"] for c in g["calls"]), default=0)
-        guard_buf = max((x["bytes"] for x in g["buffers"] if x), default=0)
+        guard_buf = max((x["bytes"] for x in g["buffers"] if x), default=None)  # None: never allocated
         own = max(int(p.get("server_bytes") or 0) for p in g["prediction"])
         pred = [p.get("planners") for p in g["prediction"]]
         seen = sorted({(c["wrapper"].replace("With", " ").split()[0], c["backend"]) for c in g["calls"]})
         out.append({
             "case": case, "gpu": g["gpu"][0], "need": need, "guard": guard_buf, "vllm": own,
-            "guard_over_need": guard_buf / need if need else None, "vllm_over_need": own / need if need else None,
+            "guard_over_need": guard_buf / need if need and guard_buf else None,
+            "vllm_over_need": own / need if need else None,
             "overflows_guard": sum(1 for c in g["calls"] if not c["ok"]),
             "vllm_alone": "crash" if b and b.get("crash") else "ok",
             "predicted": pred, "seen": seen,
@@ -99,8 +101,9 @@ def main() -> int:
         if "error" in r:
             print(f"{r['case']:22} error: {r['error']}")
             continue
-        f = lambda x: f"{x:.2f}" if x is not None else "-"  # noqa: E731
-        print(f"{r['case']:22} {r['gpu'][:12]:12} {r['need'] / MIB:9.1f} {r['guard'] / MIB:9.1f} "
+        f = lambda x: f"{x:.3f}" if x is not None else "-"  # noqa: E731
+        guard = f"{r['guard'] / MIB:9.1f}" if r["guard"] is not None else f"{'none':>9}"
+        print(f"{r['case']:22} {r['gpu'][:12]:12} {r['need'] / MIB:9.1f} {guard} "
               f"{f(r['guard_over_need']):>10} {r['vllm'] / MIB:9.1f} {f(r['vllm_over_need']):>9} "
               f"{r['vllm_alone']:>10} {r['adapter_need'] / MIB:12.1f}")
     return 0

@@ -178,6 +178,14 @@ def test_realcalls_seed_crashes_without_guard(groups):
     print(f"\nvLLM 0.23.0 alone, {r['gpu'][0]} ({r['gpu'][1]} SMs): {r['crash']['error']}")
 
 
+def test_realcalls_seed_error_does_not_depend_on_the_gpu(groups):
+    """The same deployment on H200 (132 SMs, BF16 and FP8 KV) and on B200 without TRT-LLM decode
+    (148 SMs): vLLM alone dies with the same FlashInfer error (tiles exceed the split cap on all)."""
+    for group, case in (("h200", "h200_bf16"), ("h200", "h200_fp8kv"), ("b200_no_trtllm", "b200_no_trtllm")):
+        r = groups.get(group).get("baseline", case)
+        assert r["crash"] is not None and SEED_ERROR in r["crash"]["error"], (case, r["crash"])
+
+
 def test_realcalls_seed_guarded(groups):
     run = groups.get("l40s")
     r = run.get("guard", "seed")
@@ -307,6 +315,7 @@ def test_realcalls_shared_buffer_stays_shared(groups):
 
 if not SEED_LINE:  # other lines: the seed tests do not apply (collected only on 0.23.0)
     del test_realcalls_seed_crashes_without_guard, test_realcalls_seed_guarded
+    del test_realcalls_seed_error_does_not_depend_on_the_gpu
 if "swa_shared" not in CASES.get("l40s", []) or "l40s" not in GROUPS_HERE:
     del test_realcalls_shared_buffer_stays_shared
 
