@@ -42,7 +42,7 @@ SGLang (``sglang/srt/server_args.py`` ``_handle_gpu_memory_settings`` up to
 from 0.5.20; ``layers/attention/flashinfer_backend.py``):
 
 - by the GPU memory nvidia-smi reports (MiB): < 20 GiB: 2048 chunk / graph
-  bs 8; < 35 GiB: 2048 / 24 (TP < 4; 48 from 0.5.20) or 80; < 60 GiB: 4096 /
+  bs 8; < 35 GiB: 2048 / 24 (TP < 4) or 80, from 0.5.20 4096 / 48 or 160; < 60 GiB: 4096 /
   32 or 160; < 90 GiB and < 160 GiB: 8192 / 256 (TP < 4) or 512; above: 16384
   / 512.
 - capture list: 1, 2, 4, 8, 12, every 8 from 16 to 256, every 16 from 272 to
@@ -390,8 +390,9 @@ def sglang_memory_tier(line: str, gpu_key: str | None, tp: int) -> tuple[int, in
     if mib < 20 * 1024:
         return 2048, 8, f"{label} default on GPUs below 20 GiB ({gb:.0f})"
     if mib < 35 * 1024:
-        bs = (48 if _ge(known_line("sglang", line), "0.5.20") else 24) if small else 80
-        return 2048, bs, f"{label} default on GPUs of 20-35 GiB at {tp_word} ({gb:.0f})"
+        if _ge(known_line("sglang", line), "0.5.20"):
+            return 4096, (48 if small else 160), f"{label} default on GPUs of 20-35 GiB at {tp_word} ({gb:.0f})"
+        return 2048, (24 if small else 80), f"{label} default on GPUs of 20-35 GiB at {tp_word} ({gb:.0f})"
     if mib < 60 * 1024:
         return 4096, (32 if small else 160), f"{label} default on GPUs of 35-60 GiB at {tp_word} ({gb:.0f})"
     if mib < 160 * 1024:
