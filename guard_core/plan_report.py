@@ -320,7 +320,7 @@ def _moe(a, gpu_key, fi) -> dict:
     elif is_aarch64_gpu(gpu_key):
         arch, src = "aarch64", f"{gpu_key.upper()} systems have Grace/Arm hosts"
     else:
-        arch, src = "x86_64", "assumed for this GPU (--host-arch aarch64 for a Grace host)"
+        arch, src = "x86_64", "assumed for this GPU; --host-arch aarch64 for a Grace host"
     dec = decide_moe(Settings(), machine=arch, flashinfer_version=fi)
     return {"host_arch": arch, "host_arch_source": src, "block": dec.block, "reason": dec.reason,
             "verdict": (f"the guard keeps the server from choosing FlashInfer TRT-LLM fused MoE ({dec.reason})"
