@@ -8,6 +8,15 @@ import threading
 
 from . import TAG
 
+LOGGER_NAME = "flashinfer_guard"
+"""The product's one logger name. Where the host framework only configures its own
+logger tree (vLLM: ``vllm``, propagate off) the adapter logs as ``<host>.flashinfer_guard``
+(``logger_name("vllm")``); everywhere else as ``flashinfer_guard``."""
+
+
+def logger_name(host: str | None = None) -> str:
+    return f"{host}.{LOGGER_NAME}" if host else LOGGER_NAME
+
 
 def tagged(msg: str) -> str:
     return msg if msg.startswith(TAG) else f"{TAG} {msg}"
@@ -22,7 +31,7 @@ class GuardLog:
     """
 
     def __init__(self, logger: logging.Logger | None = None, level: str = "info"):
-        self.logger = logger or logging.getLogger("flashinfer_guard")
+        self.logger = logger or logging.getLogger(LOGGER_NAME)
         self.level = level
         self._said: set[str] = set()
         self._lock = threading.Lock()
@@ -57,6 +66,16 @@ class GuardLog:
     def warning(self, msg: str, key: str | None = None) -> None:
         if self._first(key):
             self._emit(logging.WARNING, msg)
+
+    def missing_target(self, area: str, target: str, where: str, needed: str | None = None) -> None:
+        """A patch target this line lacks, said once: a warning naming the target and
+        the line where the guard is needed (``needed`` says why), else a debug line."""
+        if needed:
+            self.warning(f"{area}: {target} not found on {where}, where the guard is needed ({needed}); "
+                         f"the {area} guard cannot act on this line", key=f"missing:{area}:{target}")
+        else:
+            self.debug(f"{area}: {target} not found on {where}: not applicable on this version, nothing patched",
+                       key=f"missing:{area}:{target}")
 
     def info_once(self, key: str, msg: str) -> None:
         self.info(msg, key=key)

@@ -4,7 +4,11 @@
   the real loader), so ``register()`` imports nothing heavy.
 - ``wrap_attr`` / ``unwrap_attr``: transparent, idempotent wrapping that keeps
   the original reachable as ``__wrapped__`` (and ``cache_clear`` of
-  ``functools.cache`` functions).
+  ``functools.cache`` functions). A method a class inherits is wrapped on that
+  class (the base stays untouched) and unwrapping deletes it there again.
+- ``PatchSet``: what one adapter patched, undone in reverse by ``undo()``;
+  ``forget_import_hooks`` removes an adapter's post-import hooks, so that
+  install -> uninstall -> install patches again.
 - ``rebind_everywhere``: replace a function in every module that imported it
   by name.
 - ``guarded``: run our code so that any exception is logged once and the
@@ -16,6 +20,9 @@ from __future__ import annotations
 import functools
 import sys
 import threading
+from typing import Any, Callable
+
+from .logs import LOGGER_NAME
 
 
 MARK = "__flashinfer_guard__"
@@ -102,7 +109,7 @@ def _report_hook_error(fullname: str, cb, exc: Exception) -> None:
     try:
         import logging
 
-        logging.getLogger("flashinfer_guard").warning(
+        logging.getLogger(LOGGER_NAME).warning(
             "[flashinfer-guard] post-import hook %s for %s failed (%s: %s); continuing without it",
             key[1], fullname, type(exc).__name__, exc)
     except Exception:
@@ -134,27 +141,64 @@ def when_imported(module_name: str, callback: Callable[[Any], None], key: str | 
 
 
 def clear_import_hooks() -> None:
-    """Forget every registered post-import hook (tests, uninstrument)."""
+    """Forget every registered post-import hook (tests)."""
     with _lock:
         _hooks.clear()
+
+
+def forget_import_hooks(key_prefix: str) -> int:
+    """Forget the post-import hooks whose key starts with ``key_prefix`` (an
+    adapter's uninstall); a later ``when_imported`` with the same key registers
+    and, for an imported module, runs again. Returns how many were removed."""
+    removed = 0
+    with _lock:
+        for module_name in list(_hooks):
+            per_module = _hooks[module_name]
+            for key in [k for k in per_module if k.startswith(key_prefix)]:
+                del per_module[key]
+                removed += 1
+            if not per_module:
+                del _hooks[module_name]
+    return removed
 
 
 def is_wrapped(obj) -> bool:
     return bool(getattr(obj, MARK, False))
 
 
+INHERITED = "__flashinfer_guard_inherited__"
+
+
+def _lookup(owner, name: str):
+    """(raw attribute, inherited?) as stored: on a class, its own ``__dict__`` first,
+    then the first base along the MRO that defines it (staticmethod/classmethod
+    objects kept as such); on anything else, the attribute itself."""
+    if isinstance(owner, type):
+        if name in owner.__dict__:
+            return owner.__dict__[name], False
+        for klass in owner.__mro__[1:]:
+            if name in klass.__dict__:
+                return klass.__dict__[name], True
+        return None, False
+    return getattr(owner, name, None), False
+
+
 def wrap_attr(owner, name: str, make_wrapper: Callable[[Callable], Callable]) -> bool:
     """Replace ``owner.name`` by ``make_wrapper(original)``; idempotent.
 
-    Returns False when the attribute is missing or already ours.
+    On a class, a method inherited from a base is wrapped on ``owner`` itself
+    (siblings and the base keep the original). Returns False when the
+    attribute is missing or already ours.
     """
     with _lock:
-        raw = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
-        if raw is None or is_wrapped(raw):
+        raw, inherited = _lookup(owner, name)
+        if raw is None:
             return False
         is_static = isinstance(raw, staticmethod)
         is_class = isinstance(raw, classmethod)
         original = raw.__func__ if (is_static or is_class) else raw
+        if is_wrapped(original):
+            return False
         wrapper = make_wrapper(original)
         try:
             functools.update_wrapper(wrapper, original)
@@ -168,6 +212,7 @@ def wrap_attr(owner, name: str, make_wrapper: Callable[[Callable], Callable]) ->
                     pass
         wrapper.__wrapped__ = original
         setattr(wrapper, MARK, True)
+        setattr(wrapper, INHERITED, inherited)
         if is_static:
             wrapper = staticmethod(wrapper)
         elif is_class:
@@ -177,6 +222,9 @@ def wrap_attr(owner, name: str, make_wrapper: Callable[[Callable], Callable]) ->
 
 
 def unwrap_attr(owner, name: str) -> bool:
+    """Undo ``wrap_attr(owner, name, ...)``: the original back in place, or, for a
+    method that was inherited, ``owner``'s own entry deleted. False when
+    ``owner.name`` is not our wrapper."""
     with _lock:
         raw = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
         if raw is None:
@@ -184,6 +232,9 @@ def unwrap_attr(owner, name: str) -> bool:
         func = raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
         if not is_wrapped(func):
             return False
+        if isinstance(owner, type) and getattr(func, INHERITED, False):
+            delattr(owner, name)
+            return True
         original = func.__wrapped__
         if isinstance(raw, staticmethod):
             original = staticmethod(original)
@@ -191,6 +242,41 @@ def unwrap_attr(owner, name: str) -> bool:
             original = classmethod(original)
         setattr(owner, name, original)
         return True
+
+
+class PatchSet:
+    """What one adapter patched, so that one call undoes all of it (in reverse)."""
+
+    def __init__(self):
+        self._undo: list[Callable[[], Any]] = []
+        self._lock = threading.Lock()
+
+    def wrap(self, owner, name: str, make_wrapper: Callable[[Callable], Callable]) -> bool:
+        """``wrap_attr``, remembered for ``undo``."""
+        if wrap_attr(owner, name, make_wrapper):
+            self.on_undo(lambda: unwrap_attr(owner, name))
+            return True
+        return False
+
+    def on_undo(self, fn: Callable[[], Any]) -> None:
+        with self._lock:
+            self._undo.append(fn)
+
+    def undo(self) -> int:
+        """Run every undo step, newest first; one failing step does not stop the rest."""
+        with self._lock:
+            steps, self._undo = self._undo[::-1], []
+        done = 0
+        for step in steps:
+            try:
+                step()
+                done += 1
+            except Exception:
+                pass
+        return done
+
+    def __len__(self) -> int:
+        return len(self._undo)
 
 
 def rebind_everywhere(old, new, prefix: str = "") -> list[str]:
@@ -231,16 +317,3 @@ def guarded(log, key: str, what: str, fn: Callable, *args, default=None, **kwarg
         except Exception:
             pass
         return default
-
-
-def fail_open(log, key: str, what: str | None = None, default=None):
-    """Decorator form of ``guarded``."""
-
-    def deco(fn):
-        @functools.wraps(fn)
-        def inner(*args, **kwargs):
-            return guarded(log, key, what or fn.__name__, fn, *args, default=default, **kwargs)
-
-        return inner
-
-    return deco

@@ -6,24 +6,51 @@ guard puts the next backend SGLang accepts for that quantization instead
 (``_fallback``) and says so in one warning line; an explicit user request is
 replaced the same way and the line says it was the user's.
 
-* Main process, SGLang <= 0.5.15: ``ServerArgs._handle_model_specific_adjustments``
-  picks TRT-LLM for some models and ``_handle_moe_kernel_config`` for mxfp8; we wrap
-  ``_handle_moe_kernel_config`` (checked before and after it runs) and
-  ``__post_init__`` (to know what the user asked for).
-* Every scheduler, all lines: after ``initialize_moe_config`` (the process-wide
-  runner backends the MoE layers read) the same replacement, plus NVFP4 with
-  ``auto``, which SGLang's ``create_moe_runner`` turns into TRT-LLM: it gets
-  ``flashinfer_cutlass`` explicitly.
+Configuration time (the main process; the resolved values SGLang prints and hands
+to every process are already the fallback), found by feature:
+
+* ``ServerArgs._handle_moe_kernel_config`` (SGLang <= 0.5.15): checked before and
+  after it runs, and once more after ``__post_init__`` (which also records what the
+  user asked for). Up to 0.5.14 the fields are written directly; 0.5.15 resolves
+  through a declaration stash (``_resolved_overrides``, applied at the end of
+  ``__post_init__``), so the fallback is declared there, last writer wins.
+* The resolution pipeline (0.5.20+, ``ServerArgs`` sealed while it runs): resolution
+  hooks around ``handle_moe_kernel_config`` (before SGLang's own checks and
+  derived settings see TRT-LLM), after ``handle_a2a_moe`` and
+  ``handle_speculative_decoding``, and after ``run_resolution_pipeline`` as the
+  last net; the fallback is a declaration with source ``flashinfer_guard``.
+
+Every scheduler, all lines: after ``initialize_moe_config`` (the process-wide
+runner backends the MoE layers read) the same replacement, plus NVFP4 with
+``auto``, which SGLang's ``create_moe_runner`` turns into TRT-LLM: it gets
+``flashinfer_cutlass`` explicitly.
+
+A target missing where the guard is needed: one warning naming it and the line;
+where nothing is needed: a debug line. Stand-downs on hosts the bug never
+affects (x86 with ``auto``): debug lines.
 """
 
 from __future__ import annotations
 
 import platform
 
+from guard_core.patching import PatchSet, guarded, when_imported
+
+from ._log import announce_line, log
+
 TRTLLM = "flashinfer_trtllm"
 FIELDS = ("moe_runner_backend", "speculative_moe_runner_backend")
+SOURCE = "flashinfer_guard"  # the declaration source SGLang records for our fallback
 _USER_ATTR = "_flashinfer_guard_user_moe"
-_decision = []
+
+SERVER_ARGS = "sglang.srt.server_args"
+RESOLUTION_HOOKS = "sglang.srt.arg_groups.resolution_hooks"
+PIPELINE = "sglang.srt.arg_groups.pipeline"
+MOE_UTILS = "sglang.srt.layers.moe.utils"
+HOOK_KEY = "sglang_guard.moe."
+
+_decision: list = []
+_patches = PatchSet()
 
 
 def decision():
@@ -35,6 +62,20 @@ def decision():
         _decision.append(decide_moe(get_settings(), machine=platform.machine(),
                                     flashinfer_version=flashinfer_version()))
     return _decision[0]
+
+
+def install() -> None:
+    """Post-import hooks on every place SGLang resolves the MoE runner backend."""
+    when_imported(SERVER_ARGS, on_server_args_module, key=HOOK_KEY + "server_args")
+    when_imported(RESOLUTION_HOOKS, on_resolution_hooks_module, key=HOOK_KEY + "resolution_hooks")
+    when_imported(PIPELINE, on_pipeline_module, key=HOOK_KEY + "pipeline")
+    when_imported(MOE_UTILS, on_moe_utils_module, key=HOOK_KEY + "runtime")
+
+
+def uninstall() -> None:
+    """Undo every patch and resolution hook; ``install`` patches again afterwards."""
+    _patches.undo()
+    _decision.clear()
 
 
 def _fallback(backend: str, quantization) -> str:
@@ -53,28 +94,111 @@ def _is_trtllm(value) -> bool:
     return isinstance(v, str) and v.startswith(TRTLLM)
 
 
-# ------------------------------------------------------------ main process (ServerArgs)
+def _missing(target: str) -> None:
+    from guard_core.support import line_label
+
+    d = decision()
+    log().missing_target("moe", target, line_label("sglang"), needed=d.reason if d.block else None)
+
+
+def _kept(key: str, text: str) -> None:
+    from guard_core.support import unaffected_moe_host
+
+    d = decision()
+    if unaffected_moe_host(d):
+        log().debug(d.line(text), key=key)
+    else:
+        log().info_once(key, d.line(text))
+
+
+# ------------------------------------------------- configuration time (main process)
+
+def _stash(sa):
+    """SGLang's declaration stash while it is the source of truth (0.5.15 before
+    materialisation, 0.5.20+ always), else None (fields are written directly)."""
+    stash = getattr(sa, "_resolved_overrides", None)
+    if not isinstance(stash, list) or getattr(sa, "_declarations_materialized", False):
+        return None
+    return stash
+
+
+def _current(sa, field):
+    """The value SGLang resolves for ``field`` so far (last declaration wins)."""
+    stash = _stash(sa)
+    if stash is not None:
+        for item in reversed(stash):
+            try:
+                _source, declared = item
+            except (TypeError, ValueError):
+                continue
+            if isinstance(declared, dict) and field in declared:
+                return declared[field]
+    return getattr(sa, field, None)
+
+
+def _set(sa, field, value) -> None:
+    stash = _stash(sa)
+    if stash is not None:
+        stash.append((SOURCE, {field: value}))
+        return
+    setattr(sa, field, value)
+    stash = getattr(sa, "_resolved_overrides", None)
+    if isinstance(stash, list):  # 0.5.15 after materialisation: keep the record consistent
+        stash.append((SOURCE, {field: value}))
+
+
+def _user_value(sa, field):
+    user = getattr(sa, _USER_ATTR, None)
+    if isinstance(user, dict):
+        return user.get(field)
+    raw = getattr(sa, "_raw_input", None)  # 0.5.20+: the caller's input, before any step
+    if isinstance(raw, dict):
+        return raw.get(field)
+    return None
+
+
+def guard_config(sa) -> list:
+    """Replace a TRT-LLM MoE runner backend SGLang resolved so far; returns the fields changed."""
+    changed = []
+    for f in FIELDS:
+        value = _current(sa, f)
+        if not _is_trtllm(value):
+            continue
+        value = getattr(value, "value", value)
+        flag = "--" + f.replace("_", "-")
+        dec = decision()
+        if not dec.block:
+            _kept(f"moe.kept.{f}", f"{flag} {value} kept")
+            continue
+        new = _fallback(value, _current(sa, "quantization"))
+        _set(sa, f, new)
+        changed.append(f)
+        who = "requested explicitly" if _user_value(sa, f) == value else "chosen by SGLang for this model"
+        log().warning_once(f"moe.sa.{f}", dec.line(
+            f"TRT-LLM fused MoE disabled; {flag} {value} ({who}) replaced by {new}"))
+    return changed
+
+
+def _guard(sa) -> None:
+    guarded(log(), "moe.config", "MoE guard", guard_config, sa)
+
 
 def on_server_args_module(module) -> None:
-    from guard_core.patching import guarded
-
-    from .plugin import log
-
+    guarded(log(), "moe.patch", "MoE guard", announce_line)
     guarded(log(), "moe.patch", "MoE guard", _patch_server_args, module)
 
 
 def _patch_server_args(module) -> None:
-    from guard_core.patching import wrap_attr
-
-    from .plugin import log
-
     cls = getattr(module, "ServerArgs", None)
-    if cls is None or "_handle_moe_kernel_config" not in vars(cls):
-        log().debug("moe: ServerArgs._handle_moe_kernel_config not on this SGLang version; "
-                    "the scheduler-side guard still applies", key="moe.sa.na")
+    if cls is not None and callable(getattr(cls, "_handle_moe_kernel_config", None)):
+        _patches.wrap(cls, "__post_init__", _make_post_init)
+        _patches.wrap(cls, "_handle_moe_kernel_config", _make_kernel_config)
         return
-    wrap_attr(cls, "__post_init__", _make_post_init)
-    wrap_attr(cls, "_handle_moe_kernel_config", _make_kernel_config)
+    if cls is not None and callable(getattr(cls, "resolve_once", None)):
+        log().debug("moe: ServerArgs resolves through arg_groups.pipeline on this SGLang; "
+                    "guarded there", key="moe.sa.pipeline")
+        return
+    _missing(f"{SERVER_ARGS}.ServerArgs._handle_moe_kernel_config")
 
 
 def _make_post_init(orig):
@@ -83,74 +207,104 @@ def _make_post_init(orig):
             object.__setattr__(self, _USER_ATTR, {f: getattr(self, f, None) for f in FIELDS})
         except Exception:
             pass
-        return orig(self, *args, **kwargs)
+        result = orig(self, *args, **kwargs)
+        _guard(self)  # what later steps (speculative decoding) resolved as well
+        return result
 
     return __post_init__
 
 
 def _make_kernel_config(orig):
     def _handle_moe_kernel_config(self, *args, **kwargs):
-        from guard_core.patching import guarded
-
-        from .plugin import log
-
-        guarded(log(), "moe.before", "MoE guard", _guard_server_args, self)
+        _guard(self)  # before SGLang's checks and derived settings see TRT-LLM
         result = orig(self, *args, **kwargs)
-        guarded(log(), "moe.after", "MoE guard", _guard_server_args, self)
+        _guard(self)  # what the quantization rules chose
         return result
 
     return _handle_moe_kernel_config
 
 
-def _guard_server_args(sa) -> None:
-    from .plugin import log
+# Resolution steps (0.5.20+) whose outcome we check: before and after the MoE kernel
+# step, after the steps that may still pick a TRT-LLM runner.
+_STEPS = {"handle_moe_kernel_config": True, "handle_a2a_moe": False, "handle_speculative_decoding": False}
 
-    user = getattr(sa, _USER_ATTR, {}) or {}
-    dec = None
-    for f in FIELDS:
-        value = getattr(sa, f, None)
-        if not _is_trtllm(value):
+
+def on_resolution_hooks_module(module) -> None:
+    guarded(log(), "moe.patch", "MoE guard", announce_line)
+    guarded(log(), "moe.patch", "MoE guard", _register_resolution_hooks, module)
+
+
+def _register_resolution_hooks(module) -> None:
+    register = getattr(module, "register_resolution_hook", None)
+    hooks = getattr(module, "_HOOKS", None)
+    allowed = getattr(module, "_OVERRIDABLE_HOOKS", None)
+    if not callable(register) or not isinstance(hooks, dict):
+        _missing(f"{RESOLUTION_HOOKS}.register_resolution_hook")
+        return
+    for step, before in _STEPS.items():
+        if allowed is not None and step not in allowed:
             continue
-        dec = dec or decision()
-        if not dec.block:
-            log().info_once(f"moe.kept.{f}", dec.line(f"--{f.replace('_', '-')} {value} kept"))
-            continue
-        new = _fallback(value, getattr(sa, "quantization", None))
-        setattr(sa, f, new)
-        who = "requested explicitly" if user.get(f) == value else "chosen by SGLang for this model"
-        log().warning_once(f"moe.sa.{f}", dec.line(
-            f"TRT-LLM fused MoE disabled; --{f.replace('_', '-')} {value} ({who}) replaced by {new}"))
+        fn = _make_step(before)
+        if any(getattr(f, "__flashinfer_guard__", False) for f in hooks.get(step, ())):
+            continue  # registered already in this process
+        register(step)(fn)
+
+        def remove(step=step, fn=fn):
+            lst = hooks.get(step)
+            if lst and fn in lst:
+                lst.remove(fn)
+
+        _patches.on_undo(remove)
+
+
+def _make_step(before: bool):
+    def flashinfer_guard_moe_step(server_args, previous):
+        if before:
+            _guard(server_args)
+        previous(server_args)
+        _guard(server_args)
+
+    flashinfer_guard_moe_step.__flashinfer_guard__ = True
+    return flashinfer_guard_moe_step
+
+
+def on_pipeline_module(module) -> None:
+    guarded(log(), "moe.patch", "MoE guard", _patch_pipeline, module)
+
+
+def _patch_pipeline(module) -> None:
+    if not callable(getattr(module, "run_resolution_pipeline", None)):
+        _missing(f"{PIPELINE}.run_resolution_pipeline")
+        return
+
+    def make(orig):
+        def run_resolution_pipeline(server_args, *args, **kwargs):
+            result = orig(server_args, *args, **kwargs)
+            _guard(server_args)  # the last net: whatever a later step declared
+            return result
+
+        return run_resolution_pipeline
+
+    _patches.wrap(module, "run_resolution_pipeline", make)
 
 
 # ------------------------------------------------------------ every scheduler (runtime)
 
 def on_moe_utils_module(module) -> None:
-    from guard_core.patching import guarded
-
-    from .plugin import log
-
+    guarded(log(), "moe.patch.rt", "MoE guard", announce_line)
     guarded(log(), "moe.patch.rt", "MoE guard", _patch_moe_utils, module)
 
 
 def _patch_moe_utils(module) -> None:
-    from guard_core.patching import wrap_attr
-
-    from .plugin import log
-
     if not hasattr(module, "initialize_moe_config") or not hasattr(module, "MoeRunnerBackend"):
-        log().info_once("moe.rt.na", "moe: initialize_moe_config not on this SGLang version; "
-                        "not applicable, nothing patched")
+        _missing(f"{MOE_UTILS}.initialize_moe_config")
         return
-    wrap_attr(module, "initialize_moe_config", lambda orig: _make_initialize(module, orig))
+    _patches.wrap(module, "initialize_moe_config", lambda orig: _make_initialize(module, orig))
 
 
 def _make_initialize(module, orig):
     # (server_args) up to ~0.5.21; no arguments later (it reads the runtime context)
     def initialize_moe_config(*args, **kwargs):
-        from guard_core.patching import guarded
-
-        from .plugin import log
-
         result = orig(*args, **kwargs)
         guarded(log(), "moe.runtime", "MoE guard", _guard_runtime, module,
                 args[0] if args else kwargs.get("server_args"))
@@ -204,8 +358,6 @@ class _Slot:
 
 
 def _guard_runtime(module, server_args) -> None:
-    from .plugin import log
-
     if server_args is None:
         from sglang.srt.runtime_context import get_server_args
 
@@ -234,7 +386,7 @@ def _guard_runtime(module, server_args) -> None:
         what = f"{name} {raw}" + (" (NVFP4: SGLang picks flashinfer_trtllm in create_moe_runner)"
                                    if nvfp4_auto else "")
         if not dec.block:
-            log().info_once(f"moe.rt.kept.{name}", dec.line(f"{what} kept"))
+            _kept(f"moe.rt.kept.{name}", f"{what} kept")
             continue
         new = "flashinfer_cutlass" if nvfp4_auto else _fallback(raw, quant)
         slot.set(enum(new))

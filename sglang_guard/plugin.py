@@ -1,4 +1,4 @@
-"""register(): the single entry of the SGLang adapter.
+"""register(): the single entry of the SGLang adapter; uninstall() undoes it.
 
 Cheap and idempotent: reads the FLASHINFER_GUARD_* settings and installs lazy
 post-import hooks (guard_core.patching.when_imported). Nothing heavy is
@@ -10,38 +10,26 @@ Targets (found by feature, not by version string):
 
 * ``sglang.srt.layers.attention.flashinfer_backend``: ``FlashInferAttnBackend.__init__``
   (workspace sizing, see workspace.py);
-* ``sglang.srt.server_args``: ``ServerArgs.__post_init__`` / ``_handle_moe_kernel_config``
-  (MoE backend resolution in the main process, SGLang <= 0.5.15);
-* ``sglang.srt.layers.moe.utils``: ``initialize_moe_config`` (the runner backend each
-  scheduler uses, including NVFP4 ``auto``, which SGLang turns into TRT-LLM inside
-  ``create_moe_runner``), see moe.py.
+* the MoE runner backend where SGLang resolves it: ``ServerArgs`` (<= 0.5.15), the
+  argument-resolution pipeline and its resolution hooks (0.5.20+), and
+  ``initialize_moe_config`` in every scheduler (see moe.py).
+
+The guards import ``._log`` for their logger, never this module.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 
-_lock = threading.Lock()
+from ._log import log  # noqa: F401  (the adapter's logger, kept reachable here)
+
+_lock = threading.RLock()
 _registered = False
 _source: str | None = None
-_log = None
 
+HOOK_PREFIX = "sglang_guard."  # every post-import hook key of this adapter starts so
 FLASHINFER_BACKEND = "sglang.srt.layers.attention.flashinfer_backend"
-SERVER_ARGS = "sglang.srt.server_args"
-MOE_UTILS = "sglang.srt.layers.moe.utils"
-
-
-def log():
-    """The adapter's GuardLog (SGLang modules log through the root logger)."""
-    global _log
-    if _log is None:
-        from guard_core.logs import GuardLog
-        from guard_core.settings import get_settings
-
-        _log = GuardLog(logging.getLogger("sglang_guard"), level=get_settings().log_level)
-    return _log
 
 
 def register(source: str = "entry_point") -> bool:
@@ -60,23 +48,44 @@ def register(source: str = "entry_point") -> bool:
 
             from . import moe, workspace
 
-            lg = log()
-            lg.settings_warnings(settings)
+            log().settings_warnings(settings)
             workspace.remember_user_size(os.environ)
-            when_imported(FLASHINFER_BACKEND, workspace.on_backend_module, key="sglang_guard.workspace")
-            when_imported(SERVER_ARGS, moe.on_server_args_module, key="sglang_guard.moe.server_args")
-            when_imported(MOE_UTILS, moe.on_moe_utils_module, key="sglang_guard.moe.runtime")
+            when_imported(FLASHINFER_BACKEND, workspace.on_backend_module, key=HOOK_PREFIX + "workspace")
+            moe.install()
             _registered = True
             _source = source
             return True
         except Exception as exc:  # never break SGLang's plugin loading
             try:
-                logging.getLogger("sglang_guard").warning(
-                    "[flashinfer-guard] not loaded after an internal error (%s: %s); "
-                    "SGLang runs without the guard", type(exc).__name__, exc)
+                log().warning(f"not loaded after an internal error ({type(exc).__name__}: {exc}); "
+                              "SGLang runs without the guard", key="register")
             except Exception:
                 pass
             return False
+
+
+def uninstall() -> None:
+    """Undo every patch and post-import hook of this process; ``register()`` installs
+    again afterwards (tests; never raises)."""
+    global _registered, _source
+    with _lock:
+        try:
+            import sys
+
+            from guard_core.patching import forget_import_hooks
+
+            from . import _log, moe, workspace
+
+            forget_import_hooks(HOOK_PREFIX)
+            moe.uninstall()
+            backend = sys.modules.get(FLASHINFER_BACKEND)
+            if backend is not None and getattr(backend, "FlashInferAttnBackend", None) is not None:
+                workspace.unpatch(backend)
+            _log.reset_log()
+        except Exception:
+            pass
+        _registered = False
+        _source = None
 
 
 def is_registered() -> bool:

@@ -8,4 +8,8 @@ vLLM when the modules they need are imported by vLLM itself.
 Importing this package is cheap: no torch, flashinfer or vLLM internals.
 """
 
-LOGGER_NAME = "vllm.flashinfer_guard"
+from guard_core.logs import logger_name
+
+LOGGER_NAME = logger_name("vllm")
+"""The product's logger under vLLM's own tree (``vllm.flashinfer_guard``): vLLM's
+format, one line per decision."""

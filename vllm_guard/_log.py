@@ -33,3 +33,11 @@ def get_log():
 def reset_log() -> None:
     global _log
     _log = None
+
+
+def announce_line() -> None:
+    """Say once, when a patch target is first imported (vLLM's logging is set up by
+    then), if this vLLM lies outside the checked lines (guard_core.support)."""
+    from guard_core.support import announce
+
+    announce("vllm", get_log())

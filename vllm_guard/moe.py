@@ -19,12 +19,15 @@ everywhere (``on``):
   SM10x, ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8``), read by the MXFP4 oracle,
   are hidden from it so that its auto-selection picks the next backend.
 
-Targets are found by feature; a missing one gives one info line.
+Targets are found by feature. A missing one where the guard is needed is one
+warning naming the target and the line; where nothing is needed, a debug line.
+The stand-down on a host the bug never affects (x86 with ``auto``) is a debug
+line too.
 """
 
 from __future__ import annotations
 
-from guard_core.patching import guarded, rebind_everywhere, unwrap_attr, when_imported, wrap_attr
+from guard_core.patching import PatchSet, guarded, rebind_everywhere, when_imported
 
 from ._log import get_log
 
@@ -58,8 +61,8 @@ MXFP4_ORACLE = "vllm.model_executor.layers.fused_moe.oracle.mxfp4"
 MXFP4_ENV_ROUTES = {"VLLM_USE_FLASHINFER_MOE_MXFP4_BF16": True, "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8": False}
 
 _decision = None
-_patched: list[tuple[object, str]] = []
-_rebinds: dict[str, object] = {}  # "original" -> wrapper, for later imports
+_patches = PatchSet()
+_rebinds: dict[str, object] = {}  # "old": the original, "new": its wrapper, for later imports
 
 
 def decision():
@@ -87,40 +90,46 @@ def install(settings) -> None:
 
 
 def uninstall() -> None:
+    """Undo every patch (the rebinds included); ``install`` patches again afterwards."""
     global _decision
-    new = _rebinds.get("new")
-    old = _rebinds.get("old")
-    for owner, name in reversed(_patched):
-        if isinstance(getattr(owner, name, None), _EnvsView):
-            setattr(owner, name, getattr(owner, name)._real)
-            continue
-        unwrap_attr(owner, name)
-    if new is not None and old is not None:
-        rebind_everywhere(new, old, prefix="vllm")
-        _clear_dependent_caches()
-    _patched.clear()
+    _patches.undo()
     _rebinds.clear()
     _decision = None
 
 
-def _not_applicable(what: str) -> None:
-    get_log().info_once("moe-na:" + what, f"moe: {what} not found: not applicable on this version")
+def _not_applicable(target: str, needed: bool = True) -> None:
+    from guard_core.support import line_label
+
+    d = decision()
+    get_log().missing_target("moe", target, line_label("vllm"),
+                             needed=d.reason if (needed and d.block) else None)
 
 
 # --- has_flashinfer_trtllm_fused_moe ---------------------------------------
 
 def _on_utils(module) -> None:
+    guarded(get_log(), "moe", "moe guard", _announce)
     guarded(get_log(), "moe", "moe guard", _patch_utils, module)
 
 
+def _announce() -> None:
+    from ._log import announce_line
+
+    announce_line()
+
+
 def _patch_utils(module) -> None:
+    from guard_core.support import unaffected_moe_host
+
     d = decision()
-    if not d.block:
-        if callable(getattr(module, TARGET, None)):
-            get_log().info_once("moe-ok", f"moe: ok, {d.reason}")
-        return
     if not callable(getattr(module, TARGET, None)):
         _not_applicable(f"{UTILS}.{TARGET}")
+        return
+    if not d.block:
+        if unaffected_moe_host(d):
+            get_log().debug(f"moe: ok, {d.reason}", key="moe-ok")
+        else:
+            get_log().info_once("moe-ok", f"moe: ok, {d.reason}")
         return
     original = getattr(module, TARGET)
 
@@ -138,12 +147,17 @@ def _patch_utils(module) -> None:
 
         return has_flashinfer_trtllm_fused_moe
 
-    if wrap_attr(module, TARGET, make):
-        _patched.append((module, TARGET))
+    if _patches.wrap(module, TARGET, make):
         wrapper = getattr(module, TARGET)
         _rebinds["old"], _rebinds["new"] = original, wrapper
         rebind_everywhere(original, wrapper, prefix="vllm")
         _clear_dependent_caches()
+
+        def unbind():
+            rebind_everywhere(wrapper, original, prefix="vllm")
+            _clear_dependent_caches()
+
+        _patches.on_undo(unbind)
 
 
 def _clear_dependent_caches() -> None:
@@ -189,7 +203,7 @@ def _patch_mxfp4(module) -> None:
     classes = [
         obj for obj in vars(module).values()
         if isinstance(obj, type) and obj.__module__ == module.__name__
-        and "_supports_current_device" in vars(obj)
+        and callable(getattr(obj, "_supports_current_device", None))  # own or inherited
     ]
     if not classes:
         _not_applicable(f"{MXFP4} experts' _supports_current_device")
@@ -210,8 +224,7 @@ def _patch_mxfp4(module) -> None:
         return _supports_current_device
 
     for cls in classes:
-        if wrap_attr(cls, "_supports_current_device", make):
-            _patched.append((cls, "_supports_current_device"))
+        _patches.wrap(cls, "_supports_current_device", make)
 
 
 # --- VLLM_FLASHINFER_MOE_BACKEND=latency (older env route, read in workers) --
@@ -226,7 +239,8 @@ def _patch_fi_utils(module) -> None:
     enum = getattr(module, "FlashinferMoeBackend", None)
     fn = getattr(module, "get_flashinfer_moe_backend", None)
     if enum is None or not callable(fn) or not hasattr(enum, "TENSORRT_LLM") or not hasattr(enum, "CUTLASS"):
-        _not_applicable(f"{FI_UTILS}.get_flashinfer_moe_backend")
+        # no latency (TRT-LLM) route through this function on this line: nothing to guard
+        _not_applicable(f"{FI_UTILS}.get_flashinfer_moe_backend", needed=False)
         return
 
     def make(orig):
@@ -243,10 +257,11 @@ def _patch_fi_utils(module) -> None:
 
         return get_flashinfer_moe_backend
 
-    if wrap_attr(module, "get_flashinfer_moe_backend", make):
-        _patched.append((module, "get_flashinfer_moe_backend"))
-        new = getattr(module, "get_flashinfer_moe_backend")
-        rebind_everywhere(new.__wrapped__, new, prefix="vllm")
+    if _patches.wrap(module, "get_flashinfer_moe_backend", make):
+        new = module.get_flashinfer_moe_backend
+        old = new.__wrapped__
+        rebind_everywhere(old, new, prefix="vllm")
+        _patches.on_undo(lambda: rebind_everywhere(new, old, prefix="vllm"))
 
 
 # --- VLLM_USE_FLASHINFER_MOE_MXFP4_* (env routes to the MXFP4 TRT-LLM experts) --
@@ -310,12 +325,18 @@ def _patch_mxfp4_oracle(module) -> None:
     import vllm.platforms as platforms
 
     module.envs = _EnvsView(real, platforms)
-    _patched.append((module, "envs"))
+
+    def restore():
+        if isinstance(getattr(module, "envs", None), _EnvsView):
+            module.envs = module.envs._real
+
+    _patches.on_undo(restore)
 
 
 # --- explicit --moe-backend flashinfer_trtllm --------------------------------
 
 def _on_arg_utils(module) -> None:
+    guarded(get_log(), "moe", "moe guard", _announce)
     guarded(get_log(), "moe", "moe guard (config)", _patch_arg_utils, module)
 
 
@@ -335,8 +356,7 @@ def _patch_arg_utils(module) -> None:
 
         return create_engine_config
 
-    if wrap_attr(cls, "create_engine_config", make):
-        _patched.append((cls, "create_engine_config"))
+    _patches.wrap(cls, "create_engine_config", make)
 
 
 def rewrite_moe_backend(config) -> list[str]:

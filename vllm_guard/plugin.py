@@ -5,32 +5,39 @@ process (API server, engine core, workers), maybe more than once. It must be
 cheap, idempotent and must never raise: vLLM does not catch exceptions from
 plugins. It reads the FLASHINFER_GUARD_* settings and installs lazy
 post-import hooks; the guards act when vLLM imports their targets.
+``uninstall()`` undoes every patch and hook, after which ``register()``
+installs again.
 """
 
 from __future__ import annotations
 
+import threading
+
+HOOK_PREFIX = "vllm_guard."  # every post-import hook key of this adapter starts so
+_lock = threading.RLock()
 _registered = False
 
 
 def register() -> None:
     """Install flashinfer-guard into this vLLM process (idempotent, never raises)."""
     global _registered
-    if _registered:
-        return
-    _registered = True
-    try:
-        _register()
-    except Exception as exc:  # never take vLLM down
+    with _lock:
+        if _registered:
+            return
+        _registered = True
         try:
-            from ._log import get_log
+            _register()
+        except Exception as exc:  # never take vLLM down
+            try:
+                from ._log import get_log
 
-            get_log().warning_once(
-                "register",
-                f"not installed after an internal error ({type(exc).__name__}: {exc}); "
-                "vLLM continues without flashinfer-guard",
-            )
-        except Exception:
-            pass
+                get_log().warning_once(
+                    "register",
+                    f"not installed after an internal error ({type(exc).__name__}: {exc}); "
+                    "vLLM continues without flashinfer-guard",
+                )
+            except Exception:
+                pass
 
 
 def _register() -> None:
@@ -49,11 +56,24 @@ def _register() -> None:
     workspace.install(settings)
 
 
-def unregister() -> None:
-    """Undo every patch this process made (tests)."""
-    global _registered
-    from . import moe, workspace
+def is_registered() -> bool:
+    return _registered
 
-    moe.uninstall()
-    workspace.uninstall()
-    _registered = False
+
+def uninstall() -> None:
+    """Undo every patch and post-import hook of this process; ``register()`` installs
+    again afterwards (tests; never raises)."""
+    global _registered
+    with _lock:
+        try:
+            from guard_core.patching import forget_import_hooks
+
+            from . import _log, moe, workspace
+
+            forget_import_hooks(HOOK_PREFIX)
+            moe.uninstall()
+            workspace.uninstall()
+            _log.reset_log()
+        except Exception:
+            pass
+        _registered = False

@@ -1,4 +1,3 @@
-import functools
 import importlib
 import logging
 import sys
@@ -25,6 +24,16 @@ def pkg(tmp_path, monkeypatch):
         class Builder:
             def size(self):
                 return 394
+            @staticmethod
+            def kind():
+                return "base"
+            @classmethod
+            def name(cls):
+                return cls.__name__
+        class FlashBuilder(Builder):
+            pass
+        class OtherBuilder(Builder):
+            pass
     """))
     (root / "user.py").write_text("from fg_demo.target import probe\ndef ask():\n    return probe()\n")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -124,3 +133,111 @@ def test_log_points_at_caller(caplog):
     with caplog.at_level(logging.INFO, logger="fg.site"):
         log.info("here")
     assert caplog.records[0].filename == "test_patching.py"
+
+
+def test_inherited_method_is_wrapped_on_the_target_class(pkg):
+    mod = importlib.import_module("fg_demo.target")
+    base_size = mod.Builder.__dict__["size"]
+    assert "size" not in vars(mod.FlashBuilder)
+    assert patching.wrap_attr(mod.FlashBuilder, "size", lambda f: (lambda self: f(self) + 120)) is True
+    assert mod.FlashBuilder().size() == 514
+    assert mod.Builder().size() == 394 and mod.OtherBuilder().size() == 394  # base and siblings untouched
+    assert mod.Builder.__dict__["size"] is base_size
+    assert mod.FlashBuilder.size.__wrapped__ is base_size
+    assert patching.wrap_attr(mod.FlashBuilder, "size", lambda f: f) is False  # idempotent
+    assert patching.unwrap_attr(mod.FlashBuilder, "size") is True
+    assert "size" not in vars(mod.FlashBuilder) and mod.FlashBuilder().size() == 394
+
+
+def test_inherited_static_and_class_methods(pkg):
+    mod = importlib.import_module("fg_demo.target")
+    assert patching.wrap_attr(mod.FlashBuilder, "kind", lambda f: (lambda: "guarded-" + f()))
+    assert patching.wrap_attr(mod.FlashBuilder, "name", lambda f: (lambda cls: "guarded-" + f(cls)))
+    assert mod.FlashBuilder.kind() == "guarded-base" and mod.FlashBuilder().kind() == "guarded-base"
+    assert mod.FlashBuilder.name() == "guarded-FlashBuilder"
+    assert mod.Builder.kind() == "base" and mod.OtherBuilder.name() == "OtherBuilder"
+    assert isinstance(vars(mod.FlashBuilder)["kind"], staticmethod)
+    assert isinstance(vars(mod.FlashBuilder)["name"], classmethod)
+    patching.unwrap_attr(mod.FlashBuilder, "kind")
+    patching.unwrap_attr(mod.FlashBuilder, "name")
+    assert "kind" not in vars(mod.FlashBuilder) and "name" not in vars(mod.FlashBuilder)
+
+
+def test_subclass_of_a_wrapped_base_is_not_wrapped_twice(pkg):
+    mod = importlib.import_module("fg_demo.target")
+    assert patching.wrap_attr(mod.Builder, "size", lambda f: (lambda self: f(self) + 1))
+    assert patching.wrap_attr(mod.FlashBuilder, "size", lambda f: (lambda self: f(self) + 1)) is False
+    assert mod.FlashBuilder().size() == 395
+    patching.unwrap_attr(mod.Builder, "size")
+
+
+def test_forgotten_hooks_register_and_run_again(pkg):
+    importlib.import_module("fg_demo.target")
+    seen = []
+    patching.when_imported("fg_demo.target", lambda m: seen.append(1), key="adapter.a")
+    patching.when_imported("fg_demo.other", lambda m: seen.append(2), key="adapter.b")
+    patching.when_imported("fg_demo.target", lambda m: seen.append(3), key="else.c")
+    assert seen == [1, 3]
+    assert patching.forget_import_hooks("adapter.") == 2
+    patching.when_imported("fg_demo.target", lambda m: seen.append(1), key="adapter.a")  # registers anew, runs now
+    patching.when_imported("fg_demo.target", lambda m: seen.append(3), key="else.c")  # still registered: no-op
+    assert seen == [1, 3, 1]
+
+
+def test_patch_set_undoes_everything_in_reverse(pkg):
+    mod = importlib.import_module("fg_demo.target")
+    ps = patching.PatchSet()
+    order = []
+    assert ps.wrap(mod, "add", lambda f: (lambda a, b: f(a, b) * 10))
+    assert ps.wrap(mod.FlashBuilder, "size", lambda f: (lambda self: 0))
+    assert not ps.wrap(mod, "missing", lambda f: f)
+    ps.on_undo(lambda: order.append("last registered"))
+    ps.on_undo(lambda: 1 / 0)  # a failing step does not stop the rest
+    assert mod.add(1, 2) == 30 and mod.FlashBuilder().size() == 0
+    assert ps.undo() == 3 and order == ["last registered"]
+    assert mod.add(1, 2) == 3 and mod.FlashBuilder().size() == 394 and len(ps) == 0
+    assert ps.wrap(mod, "add", lambda f: (lambda a, b: 0)) and mod.add(1, 2) == 0  # and again
+    ps.undo()
+
+
+def test_one_logger_name_for_the_product():
+    import sglang_guard._log as slog
+    import vllm_guard
+    from guard_core import logs
+
+    assert logs.LOGGER_NAME == "flashinfer_guard"
+    assert GuardLog().logger.name == logs.LOGGER_NAME
+    assert vllm_guard.LOGGER_NAME == "vllm." + logs.LOGGER_NAME  # under vLLM's configured tree
+    slog.reset_log()
+    try:
+        assert slog.log().logger.name == logs.LOGGER_NAME
+    finally:
+        slog.reset_log()
+
+
+def test_missing_target_levels(caplog):
+    with caplog.at_level(logging.DEBUG, logger="fg.miss"):
+        log = GuardLog(logging.getLogger("fg.miss"))
+        log.missing_target("moe", "a.b.target", "vLLM 0.23.0", needed="aarch64 with FlashInfer 0.6.12 < 0.6.16")
+        log.missing_target("moe", "a.b.target", "vLLM 0.23.0", needed="again")  # once
+        log.missing_target("moe", "a.b.other", "vLLM 0.23.0", needed=None)  # not needed: debug, hidden at info
+        GuardLog(logging.getLogger("fg.miss"), level="debug").missing_target("moe", "a.b.other", "vLLM 0.33.0")
+    recs = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert len(recs) == 2
+    assert recs[0][0] == logging.WARNING
+    assert "a.b.target not found on vLLM 0.23.0, where the guard is needed (aarch64 with FlashInfer" in recs[0][1]
+    assert recs[1][0] == logging.INFO and "a.b.other not found on vLLM 0.33.0: not applicable" in recs[1][1]
+
+
+def test_adapters_import_no_plugin_from_their_guards():
+    """No import cycle: the guards log through ``_log``, never through ``plugin``."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    for rel in ("sglang_guard/moe.py", "sglang_guard/_log.py", "vllm_guard/moe.py", "vllm_guard/_log.py"):
+        tree = ast.parse((root / rel).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                assert node.module != "plugin" and not (node.level and node.module and
+                                                        node.module.endswith("plugin")), (rel, node.module)
