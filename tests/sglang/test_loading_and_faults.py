@@ -1,6 +1,5 @@
 """Loading paths, processes without SGLang, and fault injection."""
 
-import os
 import subprocess
 import sys
 
@@ -73,5 +72,19 @@ def test_bad_settings_warn_and_defaults_apply(scenario):
 def test_missing_targets_are_not_applicable(scenario):
     run = scenario("missing_targets")
     assert run.result["patched_broken"] is False
-    assert any("not applicable" in l for l in run.guard_lines)
     assert not any("internal error" in l for l in run.guard_lines)
+    # x86 with auto: the MoE guard is not needed here, so its missing targets are debug lines
+    assert [l for l in run.lines("moe") if "not found" in l] == []
+    debug = scenario("missing_targets", env={"FLASHINFER_GUARD_LOG": "debug"})
+    assert any("moe: sglang.srt.layers.moe.utils.initialize_moe_config not found on SGLang" in l
+               and "not applicable" in l for l in debug.guard_lines)
+
+
+def test_missing_targets_where_the_guard_is_needed_warn(scenario):
+    run = scenario("missing_targets", env={"FLASHINFER_GUARD_MOE": "on"})
+    assert run.result["patched_broken"] is False
+    warn = [l for l in run.lines("moe") if "where the guard is needed (FLASHINFER_GUARD_MOE=on)" in l]
+    assert any(f"sglang.srt.layers.moe.utils.initialize_moe_config not found on SGLang {SGLANG}" in l
+               for l in warn)
+    assert any(f"sglang.srt.server_args.ServerArgs._handle_moe_kernel_config not found on SGLang {SGLANG}" in l
+               for l in warn)
