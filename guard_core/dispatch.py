@@ -154,13 +154,25 @@ def _vllm(facts: PlannerFacts, cc, kv_kind, trtllm: bool):
 
 
 def _sglang(facts: PlannerFacts, cc, kv_kind, tensor_core: bool):
-    # SGLang passes q in the model dtype to FlashInfer's wrappers
-    q_kind = "16bit"
-    if tensor_core:
-        decode = _fa_backend(cc, q_kind, kv_kind, tensor_core_decode=True)
-    else:
-        decode = "decode"
-    prefill = _fa_backend(cc, q_kind, kv_kind, tensor_core_decode=False)
+    # SGLang pins FlashInfer's FA2 backend on every wrapper that plans float scratch,
+    # so FlashInfer's "auto" (FA3 on SM90) never decides them (read from the wheels,
+    # sglang/srt/layers/attention/flashinfer_backend.py; checked through SGLang's own
+    # plan() calls in tests/sglang/test_realcalls.py):
+    # - paged prefill (extend): backend="fa2" (0.5.5:258, capture draft-extend 0.5.5:613);
+    #   self.prefill_backend = "fa2" passed at 0.5.11:126,270 and 0.5.23:335,538;
+    # - verify: 0.5.11:126,277 / 0.5.23:335,545 (and the CUDA-graph ones 0.5.11:630,
+    #   0.5.23:1195) pass "fa2"; 0.5.5 leaves "auto" (262, 580) but always plans verify with
+    #   a custom mask, which FlashInfer 0.5.0's is_fa3_backend_supported refuses -> FA2;
+    # - tensor-core decode: self.decode_backend = "fa2" at 0.5.11:127,284,578 and
+    #   0.5.23:336,552,1147; on 0.5.5 (FlashInfer 0.5.0) the wrapper's tensor-core plan
+    #   hard-codes "fa2" (flashinfer/decode.py:1031, fast_decode_plan likewise);
+    # - CUDA-core decode (should_use_tensor_core false: GQA group < 4 with 16-bit KV) is
+    #   FlashInfer's DecodePlan.
+    # Only the ragged extend wrapper keeps "auto" (0.5.5:231, 0.5.11:243, 0.5.23:501; "cutlass"
+    # on SM100): with 16-bit q/kv that is FA3 on SM90, int buffer only, or FA2 elsewhere,
+    # which the FA2 prefill sizing above covers.
+    decode = "fa2" if tensor_core else "decode"
+    prefill = "fa2"
     return Planners(prefill=prefill, decode=decode), f"prefill {prefill.upper()}, decode {decode}"
 
 

@@ -7,7 +7,9 @@ The wrapper around ``FlashInferAttnBackend.__init__``:
    decode runs on tensor cores - SGLang's own ``should_use_tensor_core`` -, the
    decode CUDA-graph batch sizes, speculative draft tokens, chunked prefill), plus
    the GPU (guard_core.gpus.detect_gpu) and the installed FlashInfer version;
-2. asks guard_core for the need (sizing.compute_requirement);
+2. asks guard_core which planners serve each phase (dispatch.choose_planners, fed
+   with these facts) and for the need over them (dispatch.size_choice); a fact it
+   cannot read is sized both ways, the larger need kept, and named in one warning;
 3. runs SGLang's own ``__init__`` unchanged, except that while it runs the
    ``SGLANG_FLASHINFER_WORKSPACE_SIZE`` field answers ``get()`` with the decided
    size: SGLang's own ``.set(512 MiB)`` / ``.set(2 GiB)`` and a user's export still
@@ -138,8 +140,23 @@ def _server_field(runner, name, bag=None):
     return getattr(getattr(runner, "server_args", None), name, None)
 
 
-def _capture_sizes(runner) -> tuple:
-    """Decode CUDA-graph batch sizes SGLang captures (empty when CUDA graphs are off)."""
+def _q_heads(mc) -> int:
+    """Query heads SGLang plans with: the largest per-layer count where the config has one
+    (0.5.23 plans get_max_num_attention_heads()), else num_attention_heads."""
+    fn = getattr(mc, "get_max_num_attention_heads", None)
+    if callable(fn):
+        try:
+            return int(fn())
+        except Exception:
+            pass
+    return int(mc.num_attention_heads)
+
+
+def _capture_sizes(runner, missing=None) -> tuple:
+    """Decode CUDA-graph batch sizes SGLang captures (empty when CUDA graphs are off).
+
+    When graphs are on but no size can be read, the largest batch SGLang could capture
+    (its request pool) stands in, and the missing input is named."""
     if _server_field(runner, "disable_cuda_graph", "exec"):
         return ()
     sizes = None
@@ -150,12 +167,20 @@ def _capture_sizes(runner) -> tuple:
         except Exception:
             sizes = None
     if sizes is None:
-        sa = runner.server_args
+        sa = getattr(runner, "server_args", None)
         sizes = list(getattr(sa, "cuda_graph_bs", None) or [])
         if not sizes and getattr(sa, "cuda_graph_max_bs", None):
             sizes = [int(sa.cuda_graph_max_bs)]
     pool = getattr(getattr(runner, "req_to_token_pool", None), "size", None)
+    if not sizes:
+        if missing is not None:
+            missing.append("CUDA-graph batch sizes")
+        sizes = [int(pool)] if pool else [512]
     if pool:
+        # SGLang captures its request pool's size where the list goes beyond it
+        # (get_batch_sizes_to_capture), and nothing above
+        if max(sizes) > pool:
+            sizes.append(int(pool))
         sizes = [b for b in sizes if b <= pool]
     return tuple(sorted({int(b) for b in sizes}))
 
@@ -178,9 +203,10 @@ class _Sizing:
 
     @classmethod
     def build(cls, module, runner):
+        from guard_core.dispatch import PlannerFacts, choose_planners, dtype_bytes, dtype_kind, size_choice
         from guard_core.gpus import detect_gpu
         from guard_core.settings import get_settings
-        from guard_core.sizing import AttentionLayout, Planners, ServingLimits, compute_requirement
+        from guard_core.sizing import AttentionLayout, ServingLimits
         from guard_core.versions import flashinfer_version
 
         from .plugin import log
@@ -190,9 +216,10 @@ class _Sizing:
         if fi is None:
             log().info_once("workspace.nofi", "workspace: FlashInfer is not installed; nothing to size")
             return None
+        missing: list[str] = []
         mc = runner.model_config
         tp, dcp = _attn_tp_size()
-        q_heads = mc.num_attention_heads // tp
+        q_heads = _q_heads(mc) // tp
         try:
             kv_heads = mc.get_num_kv_heads(tp, dcp) if dcp > 1 else mc.get_num_kv_heads(tp)
         except TypeError:
@@ -200,22 +227,40 @@ class _Sizing:
         head_dim = int(mc.head_dim)
         v_head_dim = int(getattr(mc, "v_head_dim", None) or head_dim)
         page = int(_first(getattr(runner, "page_size", None), _server_field(runner, "page_size"), 1) or 1)
-        kv_dtype = runner.kv_cache_dtype
-        layout = AttentionLayout(int(q_heads), int(kv_heads), head_dim, v_head_dim, page,
-                                 int(getattr(kv_dtype, "itemsize", 2)))
-        tc = bool(module.should_use_tensor_core(kv_cache_dtype=kv_dtype, num_attention_heads=q_heads,
-                                                num_kv_heads=kv_heads))
+        # the KV dtype FlashInfer sees: SGLang's runner dtype (FP8 KV is 1 byte; with an
+        # unknown dtype both widths are sized and the larger need kept)
+        kv_dtype = getattr(runner, "kv_cache_dtype", None)
+        kv_kind = dtype_kind(kv_dtype)
+        kv_bytes = dtype_bytes(kv_kind)
+        kv_options = None
+        if kv_bytes is None:  # named by choose_planners below
+            kv_bytes, kv_options = 2, (1, 2)
+        layout = AttentionLayout(int(q_heads), int(kv_heads), head_dim, v_head_dim, page, int(kv_bytes))
+        # SGLang's own tensor-core decision (its should_use_tensor_core), as its backend takes it
+        try:
+            tc = bool(module.should_use_tensor_core(kv_cache_dtype=kv_dtype, num_attention_heads=q_heads,
+                                                    num_kv_heads=kv_heads))
+        except Exception:
+            tc = None
+            missing.append("should_use_tensor_core")
         if _server_field(runner, "enable_deterministic_inference", "exec"):
             tc = True
-        captures = _capture_sizes(runner)
+        captures = _capture_sizes(runner, missing)
         pool = getattr(getattr(runner, "req_to_token_pool", None), "size", None)
         max_seqs = int(_first(_server_field(runner, "max_running_requests", "schedule"), pool, 256))
         chunk = _server_field(runner, "chunked_prefill_size", "schedule")
         if not chunk or chunk <= 0:
             chunk = _first(_server_field(runner, "max_prefill_tokens", "schedule"), 16384)
-        draft = int(_server_field(runner, "speculative_num_draft_tokens", "spec") or 0)
+        # speculative verify: SGLang's speculative_num_draft_tokens already counts the
+        # verified (bonus) token; a verify request holds exactly that many query tokens
+        verify_q = None
+        if _server_field(runner, "speculative_algorithm", "spec"):
+            verify_q = int(_server_field(runner, "speculative_num_draft_tokens", "spec") or 0) or None
+            if verify_q is None:
+                missing.append("speculative_num_draft_tokens")
         limits = ServingLimits(capture_sizes=captures, max_num_seqs=max_seqs,
-                               max_num_batched_tokens=int(chunk), draft_tokens=draft, eager=True,
+                               max_num_batched_tokens=int(chunk),
+                               draft_tokens=max(0, (verify_q or 1) - 1), verify_q_len=verify_q, eager=True,
                                max_model_len=getattr(mc, "context_len", None))
         gpu = detect_gpu(getattr(runner, "device", None))
         if gpu is None:
@@ -224,9 +269,14 @@ class _Sizing:
         if settings.workspace == "off":
             requirement = None
         else:
-            requirement = compute_requirement(layout, limits, gpu, fi,
-                                              Planners(prefill="fa2", decode="fa2" if tc else "decode"),
-                                              caller="sglang")
+            choice = choose_planners(PlannerFacts(framework="sglang", cc=tuple(gpu.cc),
+                                                  kv_dtype=None if kv_dtype is None else str(kv_dtype),
+                                                  tensor_core_decode=tc))
+            requirement = size_choice(layout, limits, gpu, fi, choice, "sglang", kv_options)
+            gone = list(dict.fromkeys([*missing, *choice.missing]))
+            if gone:
+                log().warning_once("workspace.missing:" + ",".join(gone),
+                                   f"workspace: SGLang does not say {', '.join(gone)}; sized for the larger need")
         return cls(module, runner, requirement, layout, gpu, fi, tc)
 
     # -- the cached per-process buffer
