@@ -58,6 +58,18 @@ GQA2_LLAMA = {
 }
 MODELS = {"qwen3vl": sc.QWEN3_VL_32B, "qwen35": sc.QWEN35_SHAPED_LLAMA, "gqa2": GQA2_LLAMA}
 
+# (id, options): the matrix of tests/sglang/test_realcalls.py and
+# benchmarks/bench_realcalls_sglang.py, the same on every SGLang line (H200).
+MATRIX = [
+    ("qwen3vl", {"model": "qwen3vl"}),
+    ("qwen35", {"model": "qwen35"}),
+    ("qwen35-fp8kv", {"model": "qwen35", "kv": "fp8"}),
+    # speculative_num_draft_tokens=4: SGLang's count already includes the bonus token
+    ("qwen3vl-eagle4", {"model": "qwen3vl", "draft_tokens": 4}),
+    # 32 q / 16 kv, BF16 KV: GQA group 2 < 4, SGLang decodes on CUDA cores (DecodePlan)
+    ("gqa2-cudacore", {"model": "gqa2"}),
+]
+
 
 # ---------------------------------------------------------------- CPU-only stand-ins
 
@@ -124,6 +136,26 @@ class _KvIndicesOnHost:
                 kv_indices[ptr[i]:ptr[i] + n] = req_to_token[rows[i], s:s + n]
 
         return launch
+
+
+class _HostKvTranslator:
+    """SGLang >= 0.5.2x packs the KV read ids through its KVIndexTranslator, which launches
+    Triton gathers on the GPU; this host one packs the same ids (plain full-attention pool:
+    no SWA, no DCP, ids not translated), the way _KvIndicesOnHost does for older lines."""
+
+    reads_are_translated = False
+
+    def __init__(self, req_to_token):
+        self.req_to_token = req_to_token
+
+    def pack_read_stream(self, plan, *, req_pool_indices, seq_lens, indptr, out, kv_start_idx=None, kind=None,
+                         token_mapping=None, num_token_blocks=1, kv_lens_sum=None):
+        bs = int(seq_lens.numel())
+        _KvIndicesOnHost()[(bs,)](self.req_to_token, req_pool_indices[:bs], seq_lens, indptr, kv_start_idx, out)
+        return False
+
+    def bind_runner_slots(self, forward_batch):
+        return None
 
 
 def _segment_packbits_on_host(x, indptr, bitorder="big"):
@@ -218,6 +250,23 @@ def _server_args(model_dir, opts):
     return sa
 
 
+def _gpu_graph_config():
+    """0.5.2x resolves the CUDA-graph config into the runtime context; with device="cpu"
+    it stays None. Put back what the same launch resolves to on the seed's GPU (decode
+    graphs for sc.SEED_CAPTURE, max 512), as sc.gpu_resolved does on the ServerArgs."""
+    try:
+        from sglang.srt.model_executor.cuda_graph_config import Phase, default_cuda_graph_config, with_phase
+        from sglang.srt.runtime_context import get_exec
+    except ImportError:
+        return
+    graph = get_exec().graph
+    cfg = with_phase(default_cuda_graph_config(), Phase.DECODE, bs=list(sc.SEED_CAPTURE), max_bs=512)
+    object.__setattr__(graph, "cuda_graph_config", cfg)
+    fields = graph.__dict__.get("_fields")
+    if isinstance(fields, dict):
+        fields["cuda_graph_config"] = cfg
+
+
 def _runner(sa, mc, kv_dtype, *, pool_size, width):
     import torch
 
@@ -228,6 +277,9 @@ def _runner(sa, mc, kv_dtype, *, pool_size, width):
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     runner.spec_algorithm = SpeculativeAlgorithm.from_string(sa.speculative_algorithm)
+    _gpu_graph_config()
+    if hasattr(runner, "kv_index_translator"):  # 0.5.2x: set to None by _cpu.model_runner
+        runner.kv_index_translator = _HostKvTranslator(runner.req_to_token_pool.req_to_token)
     return runner
 
 
@@ -279,9 +331,11 @@ def _prediction_dict(seen):
 
 # ---------------------------------------------------------------- the eager batches the core names
 
-def eager_batches(layout_q, layout_kv, head_dim, gpu, fi_version, limits, page_size=1):
+def eager_batches(layout_q, layout_kv, head_dim, gpu, fi_version, limits, page_size=1, tensor_core_decode=True):
     """KV lengths of the core's eager_decode / eager_prefill scenarios: the batches
-    guard_core.sizing builds them from (its _long_kv_batch), for the same limits."""
+    guard_core.sizing builds them from (its _long_kv_batch), for the same limits: split
+    up to FA2's cap (2 * SMs / kv heads), or for CUDA-core decode up to the core's bound
+    on DecodePlan's grid (blocks per SM * SMs / kv heads)."""
     from guard_core import flashinfer_model as fm
     from guard_core import sizing
 
@@ -290,7 +344,12 @@ def eager_batches(layout_q, layout_kv, head_dim, gpu, fi_version, limits, page_s
     max_pages = max(1, -(-int(limits["max_model_len"]) // page_size)) if limits.get("max_model_len") else None
     fa2_max_bs = (2 * gpu.num_sms) // layout_kv
     out = {}
-    kv = sizing._long_kv_batch(fa2_max_bs, limits["max_num_seqs"], min_chunk, max_pages)
+    cap = fa2_max_bs
+    if not tensor_core_decode:
+        lay = sizing.AttentionLayout(layout_q, layout_kv, head_dim, head_dim, page_size,
+                                     limits.get("kv_dtype_bytes", 2))
+        cap = (sizing.decode_blocks_per_sm_bound(lay, gpu) * gpu.num_sms) // layout_kv
+    kv = sizing._long_kv_batch(cap, limits["max_num_seqs"], min_chunk, max_pages)
     if kv:
         out["eager_decode"] = {"q_len": 1, "kv_pages": [p for p, c in kv for _ in range(c)]}
     best = []
@@ -319,35 +378,72 @@ def eager_batches(layout_q, layout_kv, head_dim, gpu, fi_version, limits, page_s
 
 # ---------------------------------------------------------------- the scenario
 
-def _capture(fb, backend, runner, sa, rec, calls, errors):
-    import torch
-    from sglang.srt.model_executor import cuda_graph_runner as cgr
-    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+def _spec_field(sa, name):
+    try:
+        from sglang.srt.runtime_context import get_spec
 
-    capture_bs, _ = cgr.get_batch_sizes_to_capture(runner)
+        return getattr(get_spec(), name)
+    except Exception:
+        return getattr(sa, name)
+
+
+def _capture(fb, backend, runner, sa, rec, calls, errors):
+    """What SGLang's decode CUDA-graph runner does with the attention backend at capture:
+    init_cuda_graph_state(max_bs, max tokens), then for each capture size, largest first,
+    the capture metadata call with its dummy batch (seq_lens filled with the backend's fill
+    value, request rows 0, the EAGLE verify input with the runner's all-ones mask)."""
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
+
+    try:  # <= 0.5.1x
+        from sglang.srt.model_executor import cuda_graph_runner as cgr
+
+        get_sizes, runner_cls = cgr.get_batch_sizes_to_capture, cgr.CudaGraphRunner
+    except ImportError:  # 0.5.2x: runner/ package
+        from sglang.srt.model_executor.runner import base_cuda_graph_runner as bcgr
+        from sglang.srt.model_executor.runner import decode_cuda_graph_runner as dcgr
+
+        get_sizes, runner_cls = bcgr.get_batch_sizes_to_capture, dcgr.DecodeCudaGraphRunner
+    capture_bs, _ = get_sizes(runner)
     spec = runner.spec_algorithm
     verify = spec.is_eagle() or spec.is_standalone()
-    per_bs = int(sa.speculative_num_draft_tokens) if verify else 1
+    per_bs = int(_spec_field(sa, "speculative_num_draft_tokens")) if verify else 1
     mode = ForwardMode.TARGET_VERIFY if verify else ForwardMode.DECODE
     max_bs = max(capture_bs)
     backend.init_cuda_graph_state(max_bs, max_bs * per_bs)
     fill = backend.get_cuda_graph_seq_len_fill_value()
-    # as CudaGraphRunner.__init__ sizes it: (sum of the filled seq_lens + max tokens) * tokens per request
+    # as the runner sizes it: (sum of the filled seq_lens + max tokens) * tokens per request
     custom_mask = (torch.ones(((max_bs * fill + max_bs * per_bs) * per_bs,), dtype=torch.bool)
                    if verify else None)
     shim = type("RunnerShim", (), {})()
     shim.model_runner = runner
     shim.custom_mask = custom_mask
+    shim.buffers = type("Buffers", (), {"custom_mask": custom_mask})()
     shim.num_tokens_per_bs = per_bs
+    shim.speculative_num_draft_tokens = per_bs
+    shim.speculative_num_steps = _spec_field(sa, "speculative_num_steps")
+    new_api = not hasattr(backend, "init_forward_metadata_capture_cuda_graph")
     for bs in reversed(capture_bs):  # SGLang captures the largest batch first
         num_tokens = bs * per_bs
-        spec_info = cgr.CudaGraphRunner.get_spec_info(shim, num_tokens) if verify else None
+        spec_info = runner_cls.get_spec_info(shim, num_tokens) if verify else None
+        req_pool_indices = torch.zeros((bs,), dtype=torch.int32)
+        seq_lens = torch.full((bs,), fill, dtype=torch.int32)
         n0 = len(rec.calls)
         rec.tag = "capture"
         try:
-            backend.init_forward_metadata_capture_cuda_graph(
-                bs, num_tokens, torch.zeros((bs,), dtype=torch.int32),
-                torch.full((bs,), fill, dtype=torch.int32), None, mode, spec_info)
+            if new_api:  # 0.5.2x: one metadata entry point, in_capture=True
+                fwd = ForwardBatch(forward_mode=mode, batch_size=bs,
+                                   input_ids=torch.zeros((num_tokens,), dtype=torch.int64),
+                                   req_pool_indices=req_pool_indices, seq_lens=seq_lens,
+                                   seq_lens_cpu=seq_lens.clone(), orig_seq_lens=seq_lens,
+                                   out_cache_loc=torch.zeros((num_tokens,), dtype=torch.int64),
+                                   seq_lens_sum=int(seq_lens.sum()), positions=torch.zeros((num_tokens,),
+                                                                                           dtype=torch.int64),
+                                   spec_algorithm=spec, spec_info=spec_info, global_forward_mode=mode)
+                backend.init_forward_metadata_out_graph(fwd, in_capture=True)
+            else:
+                backend.init_forward_metadata_capture_cuda_graph(
+                    bs, num_tokens, req_pool_indices, seq_lens, None, mode, spec_info)
         except Exception as e:  # FlashInfer's overflow error, or anything else
             errors.append({"phase": "capture", "batch": bs, "error": f"{type(e).__name__}: {e}"})
         for c in _calls_since(rec, n0):
@@ -421,7 +517,7 @@ def _one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts):
                   "max_num_batched_tokens": int(sa.chunked_prefill_size),
                   "kv_dtype_bytes": int(kv_dtype.itemsize)}
         eb = eager_batches(mc.num_attention_heads, mc.get_num_kv_heads(1), mc.head_dim, gpu,
-                           flashinfer_version(), limits)
+                           flashinfer_version(), limits, tensor_core_decode=bool(backend.decode_use_tensor_cores))
         if "eager_decode" in eb:
             _eager(backend, runner, [eb["eager_decode"]], rec, calls, errors, "eager_decode")
         _eager(backend, runner, eb["eager_prefill_candidates"], rec, calls, errors, "eager_prefill")

@@ -29,18 +29,10 @@ MIB = 1 << 20
 SEED = ("Buffer overflow when allocating memory for batch_prefill_tmp_s with size 3141632 and alignment 16, "
         "but only 524288 bytes available")
 
-# (id, options): the matrix, the same on every line. Each runs with the guard loaded
-# through SGLang's own route, then (same process) with the guard's wrapper undone.
-MATRIX = [
-    ("qwen3vl", {"model": "qwen3vl"}),
-    ("qwen35", {"model": "qwen35"}),
-    ("qwen35-fp8kv", {"model": "qwen35", "kv": "fp8"}),
-    # speculative_num_draft_tokens=4: SGLang's count already includes the bonus token
-    ("qwen3vl-eagle4", {"model": "qwen3vl", "draft_tokens": 4}),
-    # 32 q / 16 kv, BF16 KV: GQA group 2 < 4, SGLang decodes on CUDA cores (DecodePlan)
-    ("gqa2-cudacore", {"model": "gqa2"}),
-]
-MATRIX = [(c, dict(o, also_without_guard=True)) for c, o in MATRIX]
+from realcalls_scenarios import MATRIX as _CASES  # noqa: E402
+
+# each case runs with the guard, then (same process) with the guard's wrapper undone
+MATRIX = [(c, dict(o, also_without_guard=True)) for c, o in _CASES]
 
 _runs: dict = {}
 
@@ -212,3 +204,24 @@ def test_matrix_ragged_prefill_needs_no_more_than_the_guard(case, opts):
         return
     assert ragged, "SGLang planned no ragged extend"
     assert all(c["float_bytes"] <= r["workspace_bytes"] and c["ok"] for c in ragged)
+
+
+@pytest.mark.parametrize("case,opts", MATRIX, ids=[c for c, _ in MATRIX])
+def test_matrix_each_scenario_matches_the_core_call_for_call(case, opts):
+    """Per CUDA-graph batch size and per eager kind: FlashInfer's need under SGLang's call
+    equals the core's figure for that scenario (observed vs predicted, in bytes)."""
+    r = realcalls(**opts).result
+    pred = r["prediction"]
+    core = {}
+    for s in pred["scenarios"]:
+        k = (s["name"], s["batch"]) if s["name"].startswith("cuda_graph") else (s["name"], None)
+        core[k] = max(core.get(k, 0), s["float_bytes"])
+    seen = {}
+    for c in r["calls"]:
+        if c["wrapper"] == "BatchPrefillWithRaggedKVCacheWrapper":
+            continue  # not a float planner here (test_matrix_ragged_...)
+        k = (c["phase"], c["batch"]) if c["phase"].startswith("cuda_graph") else (c["phase"], None)
+        seen[k] = max(seen.get(k, 0), c["float_bytes"])
+    diff = {f"{k[0]}{'' if k[1] is None else ' bs ' + str(k[1])}": (seen[k], core.get(k)) for k in seen
+            if seen[k] != core.get(k)}
+    assert not diff, f"(observed, predicted) where they differ: {dict(list(diff.items())[:6])}"
