@@ -247,3 +247,28 @@ def unaffected_moe_host(decision) -> bool:
                 and str(inputs.get("machine") or "").lower() not in ARM_MACHINES)
     except Exception:
         return False
+
+
+def unchecked_reason(framework: str, framework_version: str | None, flashinfer_version: str | None) -> str | None:
+    """Why this deployment lies outside what was checked (for choices that only hold
+    where the model is exact and the line tested, e.g. FLASHINFER_GUARD_WORKSPACE=exact),
+    or None. ``framework``: 'vllm'/'sglang' (or their display names)."""
+    fw = {v.lower(): k for k, v in DISPLAY.items()}.get(str(framework).lower(), str(framework).lower())
+    if fw not in CHECKED_LINES:
+        return f"{framework} is not a framework with checked lines"
+    if not flashinfer_version:
+        return "FlashInfer version unknown"
+    try:
+        _key(flashinfer_version)
+    except Exception:
+        return f"FlashInfer {flashinfer_version!r} is not a version"
+    if flashinfer_extrapolation(flashinfer_version):
+        return (f"FlashInfer {flashinfer_version} is outside the releases the planner model was checked against "
+                f"({FLASHINFER_CHECKED[0]}-{FLASHINFER_CHECKED[-1]})")
+    status = line_status(fw, framework_version)
+    if status in ("checked", "within"):
+        return None
+    if status == "unknown":
+        return f"{DISPLAY[fw]} version unknown"
+    return (f"{DISPLAY[fw]} {framework_version} is outside the checked lines "
+            f"({CHECKED_LINES[fw][0]}-{CHECKED_LINES[fw][-1]})")

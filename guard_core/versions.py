@@ -64,10 +64,6 @@ def version_lt(a: str, b: str) -> bool:
     return parse_version(a) < parse_version(b)
 
 
-def version_ge(a: str, b: str) -> bool:
-    return parse_version(a) >= parse_version(b)
-
-
 def installed_version(dist: str) -> str | None:
     """Version of an installed distribution, or None; never imports it."""
     from importlib import metadata

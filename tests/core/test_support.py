@@ -159,3 +159,14 @@ def test_doctor_prints_the_declared_ranges(monkeypatch):
     assert "SGLang lines 0.5.5, 0.5.11, 0.5.15, 0.5.20, 0.5.22, 0.5.23\n" in text
     assert ("FlashInfer planner releases 0.5.0, 0.6.12, 0.6.14, 0.6.16, 0.7.0.post1, 0.7.2.post1, 0.7.4 "
             "(installed 0.8.0: sizing family >=0.7.4; extrapolated from FlashInfer 0.7.4)") in text
+
+
+@pytest.mark.parametrize("fw, v, fi, ok", [
+    ("vllm", "0.23.0", "0.6.12", True), ("vLLM", "0.19.1rc1.dev231+g9dd5ee011", "0.6.6", True),
+    ("SGLang", "0.5.21", "0.6.18", True), ("vllm", "0.34.0", "0.7.4", False), ("sglang", "0.5.4", "0.5.0", False),
+    ("vllm", "0.33.0", "0.8.0", False), ("vllm", None, "0.7.2.post1", False), ("vllm", "0.33.0", None, False),
+    ("other", "1.0", "0.7.4", False),
+])
+def test_unchecked_reason(fw, v, fi, ok):
+    reason = support.unchecked_reason(fw, v, fi)
+    assert (reason is None) == ok, reason
