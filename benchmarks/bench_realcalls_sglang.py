@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -59,6 +60,10 @@ def run_case(opts):
     return r
 
 
+_SHORT = {"BatchDecodeWithPagedKVCacheWrapper": "decode", "BatchPrefillWithPagedKVCacheWrapper": "paged-prefill",
+          "BatchPrefillWithRaggedKVCacheWrapper": "ragged-prefill"}
+
+
 def row(case, r):
     need = max(c["float_bytes"] for c in r["calls"])
     wg = r.get("without_guard") or {}
@@ -67,11 +72,11 @@ def row(case, r):
     first = None
     for c in wg.get("calls", []):
         if not c["ok"]:
-            first = f"{c['wrapper'].replace('BatchPrefillWith', '').replace('BatchDecodeWith', '')}" \
-                    f" bs {c['batch_size']}: {c.get('largest_float_allocation')}"
+            m = re.search(r"allocating memory for (\S+) with size (\d+)", c.get("error") or "")
+            what = f"{m.group(1)} ({int(m.group(2)) / MIB:.1f} MiB)" if m else (c.get("error") or "")[:60]
+            first = f"{c['phase']} {_SHORT.get(c['wrapper'], c['wrapper'])} bs {c['batch_size']}: {what}"
             break
-    planners = sorted({f"{c['wrapper'].replace('BatchPrefillWith', 'P:').replace('BatchDecodeWith', 'D:')}"
-                       f"={c['backend']}" for c in r["calls"]})
+    planners = sorted({f"{_SHORT.get(c['wrapper'], c['wrapper'])}={c['backend']}" for c in r["calls"]})
     return {
         "case": case, "need": need, "guard": r["workspace_bytes"], "guard_ratio": r["workspace_bytes"] / need,
         "guard_predicted_need": pred.get("float_bytes"), "sglang": own, "sglang_ratio": own / need if own else None,
