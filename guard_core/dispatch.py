@@ -142,6 +142,11 @@ def _vllm(facts: PlannerFacts, cc, kv_kind, trtllm: bool):
     q_kind = kv_kind if usable else "16bit"
     trt_decode = usable if facts.trtllm_decode is None else (bool(facts.trtllm_decode) and usable)
     trt_prefill = usable if facts.trtllm_prefill is None else (bool(facts.trtllm_prefill) and usable)
+    # vLLM's use_trtllm_attention() refuses DCP > 1: prefill then runs
+    # BatchDCPPrefillWrapper (FA2 paged with all DCP ranks' heads + FA2 ragged);
+    # seen through the real calls (tests/vllm, b200_dcp2)
+    if int(facts.dcp_size or 1) > 1:
+        trt_prefill = False
     if trt_decode and int(facts.dcp_size or 1) <= 1:
         decode, dwhy = "trtllm", "decode TRT-LLM-gen"
     else:
@@ -195,20 +200,15 @@ def size_choice(layout, limits, gpu, flashinfer_version: str, choice: PlannerCho
     for lay in layouts:
         for p in choice.candidates:
             f = choice.decode_qo_heads_factor
-            if f > 1 and p.decode not in ("trtllm", "none"):
-                dlay = _replace(lay, num_qo_heads=lay.num_qo_heads * f)
-                d = compute_requirement(dlay, limits, gpu, flashinfer_version, _replace(p, prefill="none"), caller)
-                q = compute_requirement(lay, limits, gpu, flashinfer_version, _replace(p, decode="none"), caller)
-                strip = lambda r: _replace(r, notes=tuple(n for n in r.notes if "plans nothing" not in n))  # noqa: E731
-                r = merge_requirements([strip(d), strip(q)])
-                r = _replace(r, planners=p)
-            else:
-                r = compute_requirement(lay, limits, gpu, flashinfer_version, p, caller)
+            # DCP: decode and the paged prefill plan all DCP ranks' query heads
+            # (the ragged prefill plan, with this rank's heads, needs less)
+            lay_f = _replace(lay, num_qo_heads=lay.num_qo_heads * f) if f > 1 else lay
+            r = compute_requirement(lay_f, limits, gpu, flashinfer_version, p, caller)
             reqs.append(r)
     notes = []
     if choice.missing:
         notes.append("unknown: " + ", ".join(choice.missing) + "; sized for the larger need")
     if choice.decode_qo_heads_factor > 1:
-        notes.append(f"decode context parallel {choice.decode_qo_heads_factor}: decode plans "
+        notes.append(f"decode context parallel {choice.decode_qo_heads_factor}: decode and prefill plan "
                      f"{layout.num_qo_heads * choice.decode_qo_heads_factor} query heads")
     return merge_requirements(reqs, notes)

@@ -226,7 +226,11 @@ class _Ctx:
             self.v, groups, total_num_rows=total_rows, num_qo_heads=l.num_qo_heads,
             num_kv_heads=l.num_kv_heads, head_dim_qk=l.head_dim_qk, head_dim_vo=l.head_dim_vo,
             page_size=l.page_size, enable_cuda_graph=graph, num_sms=self.gpu.num_sms,
-            window_left=l.window_left, uniform_q_len=uniform, fixed_uniform_q_len=fixed,
+            # FlashInfer's planner sizes the split by the full KV length: the
+            # wrappers do not clip it by the sliding window before planning
+            # (seen through vLLM's real calls, tests/vllm swa_shared), so the
+            # window never lowers the need
+            window_left=-1, uniform_q_len=uniform, fixed_uniform_q_len=fixed,
             kv_dtype_bytes=l.kv_dtype_bytes, cc_major=self.gpu.cc[0],
             max_smem_per_block_optin=_optin_smem(self.gpu))
 

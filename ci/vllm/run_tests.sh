@@ -42,7 +42,7 @@ for line in $lines; do
   t1=$(date +%s)
   select=()
   if [ "$line" = "0.32.0" ] && [ "${FLASHINFER_GUARD_VLLM_FULL:-0}" != 1 ]; then
-    select=(-k "line_under_test or discovered or moe_aarch64_auto or workspace_exact_need or capture_1024")
+    select=(-k "line_under_test or discovered or moe_aarch64_auto or workspace_exact_need or capture_1024 or realcalls or defaults_crosscheck")
   fi
   (cd "$repo" && FLASHINFER_GUARD_VLLM_LINE="$line" HF_HUB_OFFLINE=1 \
     FLASHINFER_GUARD_SCENARIO_LOGS="$reports/vllm-$line-scenarios" \

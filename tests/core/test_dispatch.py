@@ -43,7 +43,8 @@ def test_vllm_sm100_trtllm_decode_only_without_dcp():
     assert planners(framework="vllm", cc=(10, 0), trtllm_attention=True) == (
         Planners(prefill="trtllm", decode="trtllm"),)
     c = choose_planners(PlannerFacts("vllm", (10, 0), trtllm_attention=True, dcp_size=2))
-    assert c.candidates == (Planners(prefill="trtllm", decode="fa2"),) and c.decode_qo_heads_factor == 2
+    # DCP > 1: no TRT-LLM decode, and vLLM's use_trtllm_attention refuses prefill too
+    assert c.candidates == (Planners(prefill="fa2", decode="fa2"),) and c.decode_qo_heads_factor == 2
 
 
 def test_vllm_dcp_decode_plans_all_ranks_heads():
@@ -54,6 +55,8 @@ def test_vllm_dcp_decode_plans_all_ranks_heads():
     req = size_choice(per_rank, limits, gpu, "0.6.12", c, "vllm")
     alone = compute_requirement(QWEN35, limits, gpu, "0.6.12", Planners("fa2", "fa2"))
     assert req.float_bytes == alone.float_bytes > 394 * MIB
+    eager = size_choice(per_rank, ServingLimits(capture_sizes=(), max_num_seqs=512), gpu, "0.6.12", c, "vllm")
+    assert eager.layout.num_qo_heads == 32 and eager.dominant.name.startswith("eager")
     assert any("decode context parallel 2" in n for n in req.notes)
 
 
@@ -95,3 +98,13 @@ def test_fa3_decode_plans_int_only():
     req = compute_requirement(QWEN35, ServingLimits(capture_sizes=(512,), eager=False), lookup_gpu("h200"),
                               "0.6.12", Planners("fa3", "fa3"))
     assert req.float_bytes == 0 and req.int_bytes > 0
+
+
+def test_sliding_window_does_not_lower_the_need():
+    """FlashInfer's planner sizes by the full KV length; a window never shrinks the need."""
+    from dataclasses import replace
+    gpu = lookup_gpu("l40s")
+    limits = ServingLimits(capture_sizes=(), max_num_seqs=512, max_model_len=32768)
+    full = compute_requirement(QWEN35, limits, gpu, "0.6.12", Planners("fa2", "fa2"))
+    swa = compute_requirement(replace(QWEN35, window_left=4095), limits, gpu, "0.6.12", Planners("fa2", "fa2"))
+    assert swa.float_bytes == full.float_bytes
