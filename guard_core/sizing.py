@@ -220,17 +220,17 @@ class _Ctx:
         self.l, self.gpu, self.v, self.p, self.caller = layout, gpu, version, planners, caller
         self.rejected: list[str] = []
 
-    def fa2(self, groups, total_rows, graph, uniform=0, fixed=False):
+    def fa2(self, groups, total_rows, graph, uniform=0, fixed=False, window=False):
         l = self.l
         return fm.prefill_plan(
             self.v, groups, total_num_rows=total_rows, num_qo_heads=l.num_qo_heads,
             num_kv_heads=l.num_kv_heads, head_dim_qk=l.head_dim_qk, head_dim_vo=l.head_dim_vo,
             page_size=l.page_size, enable_cuda_graph=graph, num_sms=self.gpu.num_sms,
-            # FlashInfer's planner sizes the split by the full KV length: the
-            # wrappers do not clip it by the sliding window before planning
-            # (seen through vLLM's real calls, tests/vllm swa_shared), so the
-            # window never lowers the need
-            window_left=-1, uniform_q_len=uniform, fixed_uniform_q_len=fixed,
+            # Decode plans size the split by the full KV length (the decode
+            # wrappers do not pass the window to the planner); prefill plans
+            # clip it by the window. Seen through vLLM's real calls (tests/vllm
+            # swa_shared): only the prefill kinds pass window=True.
+            window_left=l.window_left if window else -1, uniform_q_len=uniform, fixed_uniform_q_len=fixed,
             kv_dtype_bytes=l.kv_dtype_bytes, cc_major=self.gpu.cc[0],
             max_smem_per_block_optin=_optin_smem(self.gpu))
 
@@ -375,14 +375,14 @@ def _eager_prefill_scenarios(ctx, layout, limits, gpu, flashinfer_version, plann
                 continue
             groups = [(q, p, c) for p, c in kv]
             n = sum(c for _, c in kv)
-            plan = ctx.fa2(groups, n * q, False)
+            plan = ctx.fa2(groups, n * q, False, window=True)
             if best is None or plan.float_bytes > best[0].float_bytes:
                 best = (plan, n, q)
         # the int side: a full batch of short-KV prefills (no split, most tiles)
         t = limits.max_num_batched_tokens
         n = max(1, min(limits.max_num_seqs, t))
         groups = [(1, 1, n - 1), (t - (n - 1), 1, 1)] if n > 1 else [(t, 1, 1)]
-        int_plan = ctx.fa2(groups, t, False)
+        int_plan = ctx.fa2(groups, t, False, window=True)
         if best is not None:
             plan, n_best, q_best = best
             if int_plan.int_bytes > plan.int_bytes:
