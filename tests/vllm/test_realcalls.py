@@ -333,3 +333,7 @@ def test_realcalls_stands_down_where_flashinfer_is_fixed(groups, group, case):
     for i, pred in enumerate(r["prediction"]):
         assert pred["decision"]["action"] == "ok", (i, pred["decision"])
     assert [b["bytes"] for b in r["buffers"] if b] == [own] * len([b for b in r["buffers"] if b])
+
+
+if not STANDS_DOWN:  # collected only on the line where FlashInfer is fixed (no empty parametrize skip)
+    del test_realcalls_stands_down_where_flashinfer_is_fixed
