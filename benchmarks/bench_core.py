@@ -24,7 +24,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 import timeit
 from pathlib import Path
 
@@ -70,7 +69,7 @@ def bench_envelope() -> None:
     for v in ("0.6.12", "0.7.0.post1", "0.7.2.post1"):
         compute_requirement(layout, limits, gpu, v)
         n = 300
-        t = timeit.timeit(lambda: compute_requirement(layout, limits, gpu, v), number=n) / n
+        t = timeit.timeit(lambda v=v: compute_requirement(layout, limits, gpu, v), number=n) / n
         print(f"  FlashInfer {v:<12} {len(limits.capture_sizes)} capture sizes: {t * 1e3:.3f} ms per envelope (target < 1 ms)")
 
 

@@ -32,7 +32,8 @@ case "$framework" in
   core)
     name="core"
     # pip: the conformance suite downloads FlashInfer wheels (headers only) with it
-    reqs=("${tools[@]}" "hypothesis==6.170.17" "pip==26.3")
+    # ruff: the linter the test command runs (ruff.toml)
+    reqs=("${tools[@]}" "hypothesis==6.170.17" "pip==26.3" "ruff==0.17.6")
     ;;
   vllm)
     name="vllm-${version:?vllm needs a version}"

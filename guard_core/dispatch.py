@@ -191,7 +191,7 @@ def size_choice(layout, limits, gpu, flashinfer_version: str, choice: PlannerCho
     """
     from dataclasses import replace as _replace
 
-    from .sizing import Planners as _P, compute_requirement, merge_requirements
+    from .sizing import compute_requirement, merge_requirements
 
     layouts = [layout]
     if kv_dtype_bytes_options:

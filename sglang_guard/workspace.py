@@ -24,7 +24,6 @@ Any exception in our part: one warning, SGLang's own behaviour.
 
 from __future__ import annotations
 
-import os
 
 NATIVE_VAR = "SGLANG_FLASHINFER_WORKSPACE_SIZE"
 _SKIP_CLASSES = ("TRTLLMHAAttnBackend",)

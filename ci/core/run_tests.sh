@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # guard_core unit tests and the planner conformance suite, in the small locked
 # core environment (ci/locks/core.txt: pytest, hypothesis; no torch, no frameworks).
-set -euo pipefail
+set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 reports="${FLASHINFER_GUARD_REPORTS:-$FG_REPO/.reports}"
 mkdir -p "$reports"
-py="$(bash "$FG_REPO/ci/install_env.sh" core | tail -n 1)"
+py="$(bash "$FG_REPO/ci/install_env.sh" core | tail -n 1)" && [ -x "$py" ] || {
+  python3 "$FG_REPO/ci/summarize.py" --install-failure core "$reports"; exit 1; }
 cd "$FG_REPO"
+# lint (ruff.toml: F, E9, B) as a test case of its own in the totals
+"$py" -m pytest -q -p no:cacheprovider ci/test_lint.py --junitxml="$reports/lint.xml" -o junit_suite_name=lint || lint=1
 "$py" -m pytest -q -p no:cacheprovider tests/core tests/conformance \
   --junitxml="$reports/core.xml" -o junit_suite_name=core
+exit "${lint:-0}"

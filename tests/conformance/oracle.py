@@ -260,14 +260,14 @@ def _device_arch() -> str:
         return f"sm_{major}{minor}"
     except Exception as e:  # noqa: BLE001
         raise OracleError(f"cannot read the GPU's compute capability with nvidia-smi ({e}); "
-                          "set FIG_CUDA_ARCH=sm_XY")
+                          "set FIG_CUDA_ARCH=sm_XY") from e
 
 
 def _nvcc_version(nvcc: str) -> str:
     try:
         return subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
     except OSError as e:  # pragma: no cover
-        raise OracleError(f"cannot run {nvcc}: {e}")
+        raise OracleError(f"cannot run {nvcc}: {e}") from e
 
 
 def build(version: str, real_cuda: bool = False, extra_flags: list[str] | None = None) -> Path:

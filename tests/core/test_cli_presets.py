@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from guard_core.presets import ModelError, facts_from_config, load_model, PRESETS
+from guard_core.presets import facts_from_config, load_model, PRESETS
 
 
 def run(*args, env=None):

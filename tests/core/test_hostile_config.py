@@ -7,16 +7,14 @@ nesting cannot blow the stack.
 """
 
 import json
-import math
 import os
-import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from guard_core import cli
 from guard_core.presets import (MAX_CONFIG_BYTES, ModelError, ModelFacts, facts_from_config, find_preset,
-                                load_model, read_config)
+                                load_model)
 
 FAST = hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                          HealthCheck.function_scoped_fixture])

@@ -1,6 +1,6 @@
 from guard_core import flashinfer_model as fm
 from guard_core.decisions import decide_moe, decide_workspace
-from guard_core.gpus import Gpu, lookup_gpu
+from guard_core.gpus import lookup_gpu
 from guard_core.settings import load_settings
 from guard_core.sizing import (AttentionLayout, Planners, ServingLimits, compute_requirement,
                                largest_fitting_capture)

@@ -199,7 +199,7 @@ def _bind(kind: str, args: tuple, kwargs: dict) -> dict:
     if len(args) > len(sig):
         raise TypeError(f"{kind} plan() takes {len(sig)} arguments in this release, got {len(args)}")
     bound = {}
-    for (name, default), val in zip(sig, args):
+    for (name, _default), val in zip(sig, args):
         bound[name] = val
     for name, default in sig[len(args):]:
         if name in kwargs:

@@ -22,7 +22,7 @@ import tempfile
 
 import pytest
 
-from conftest import FLASHINFER, SGLANG, Run, _key
+from conftest import SGLANG, Run, _key
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MIB = 1 << 20

@@ -409,7 +409,7 @@ def capture(case: Case, vc, mode, builders, rec, log) -> None:
             seq = [max(qlens)] * num_reqs
             for bi, b in enumerate(builders):
                 cm = common_metadata(qlens, seq, b.page_size, case.max_model_len)
-                for i in range(warmups):
+                for _ in range(warmups):
                     rec.tag = f"capture_warmup:{desc.num_tokens}:b{bi}"
                     b.build(common_prefix_len=0, common_attn_metadata=cm)
                 rec.tag = f"capture:{desc.num_tokens}:b{bi}"

@@ -229,7 +229,7 @@ def sc_moe(args) -> None:
         out["explicit_unrewritten"] = select_all("flashinfer_trtllm")
     # every vLLM module now holds the same function object
     holders = {
-        name: getattr(mod, "has_flashinfer_trtllm_fused_moe") is fi.has_flashinfer_trtllm_fused_moe
+        name: mod.has_flashinfer_trtllm_fused_moe is fi.has_flashinfer_trtllm_fused_moe
         for name, mod in sys.modules.items()
         if name.startswith("vllm") and mod is not None and "has_flashinfer_trtllm_fused_moe" in vars(mod)
     }
