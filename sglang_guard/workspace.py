@@ -61,6 +61,17 @@ def _patch(module) -> None:
                         "(no FlashInferAttnBackend / SGLANG_FLASHINFER_WORKSPACE_SIZE); nothing patched")
         return
     wrap_attr(cls, "__init__", lambda orig: _make_init(module, orig))
+    # whatever the model might still miss: an overflowing plan() gets a buffer that fits
+    from guard_core import safety_net
+
+    if get_settings_workspace() != "off":
+        safety_net.install(log())
+
+
+def get_settings_workspace() -> str:
+    from guard_core.settings import get_settings
+
+    return get_settings().workspace
 
 
 def unpatch(module) -> bool:
@@ -306,9 +317,17 @@ class _Sizing:
 
         user = _user_size[0] if _user_size else None
         user = user if (user is not None and user == server_bytes) else None
+        settings = get_settings()
+        refused = None
+        if settings.workspace == "exact":
+            from guard_core.decisions import exact_refusal
+            from guard_core.versions import installed_version
+
+            refused = exact_refusal("SGLang", installed_version("sglang"), self.fi_version)
         return decide_workspace(self.requirement, framework="sglang", server_bytes=int(server_bytes),
-                                user_bytes=user, user_var=NATIVE_VAR, settings=get_settings(),
-                                flashinfer_version=self.fi_version, layout=self.layout, gpu=self.gpu)
+                                user_bytes=user, user_var=NATIVE_VAR, settings=settings,
+                                flashinfer_version=self.fi_version, layout=self.layout, gpu=self.gpu,
+                                exact_refused=refused)
 
     def enter(self) -> bool:
         cached, where = self._cached()
@@ -329,6 +348,8 @@ class _Sizing:
             server = server_get(field, *a, **k)  # SGLang's own value: default, its .set(), the user's
             try:
                 sizing.decision = sizing._decide(server)
+                if sizing.decision.action == "exact":  # the user's choice: also below SGLang's size
+                    return int(sizing.decision.allocate_bytes)
                 return max(int(sizing.decision.allocate_bytes), int(server))
             except Exception:
                 return server
@@ -351,7 +372,7 @@ class _Sizing:
             return
         buf = getattr(backend, "workspace_buffer", None)
         have = int(buf.numel() * buf.element_size()) if buf is not None else None
-        if have is not None and dec.action in ("raise", "size") and have < dec.allocate_bytes:
+        if have is not None and dec.action in ("raise", "size", "exact") and have < dec.allocate_bytes:
             log().warning_once("workspace.short", f"workspace: SGLang allocated {have} bytes, below the decided "
                                f"{dec.allocate_bytes}; the guard could not apply its size here")
             return

@@ -526,10 +526,27 @@ def run_case(case: Case, rec, module, args) -> dict:
     return out
 
 
+def _understate() -> None:
+    """A deliberately wrong model: every requirement the vLLM adapter gets is short by the
+    dominant plan's largest allocation (the safety net must recover from the real overflow)."""
+    import guard_core.dispatch as d
+
+    real = d.size_choice
+
+    def short(*a, **k):
+        r = real(*a, **k)
+        dom = r.dominant.dominant_allocation if r.dominant else None
+        return dataclasses.replace(r, float_bytes=max(0, r.float_bytes - (dom.bytes if dom else 0)))
+
+    d.size_choice = short
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser()
     p.add_argument("group", choices=sorted(GROUPS))
     p.add_argument("--cases", default="")
+    p.add_argument("--understate", action="store_true",
+                   help="fault injection: the core's need under-stated by its largest allocation (safety net test)")
     p.add_argument("--phases", default="baseline,guard",
                    help="baseline: vLLM alone; guard: after vllm.plugins.load_general_plugins()")
     args = p.parse_args(argv)
@@ -564,6 +581,8 @@ def main(argv=None) -> None:
             # the plugin arrives through vLLM's own loader (entry point group vllm.general_plugins)
             plugins_loaded_before = bool(vllm.plugins.plugins_loaded)
             vllm.plugins.load_general_plugins()
+            if args.understate:
+                _understate()
             get = module.FlashInferMetadataBuilder.__dict__.get("_get_workspace_buffer")
             meta_phase = {"plugins_loaded_before": plugins_loaded_before,
                           "guard_wrapped": bool(getattr(get, "__flashinfer_guard__", False))}
