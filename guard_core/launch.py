@@ -126,13 +126,20 @@ def _table(framework):
     return out
 
 
+# every integer in a launch command: ASCII digits, bounded before int() (hostile input)
+_LAUNCH_INT_MAX = 1 << 27
+
+
 def _int(opt: str, text: str, lo: int = 1) -> int:
-    try:
-        v = int(text)
-    except (TypeError, ValueError):
-        raise LaunchError(f"{opt} in the launch command must be an integer, got {text!r}") from None
-    if v < lo:
-        raise LaunchError(f"{opt} in the launch command must be >= {lo}, got {text!r}")
+    t = text.strip() if isinstance(text, str) else ""
+    neg = t.startswith("-")
+    digits = t[1:] if neg else t
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= len(str(_LAUNCH_INT_MAX))):
+        raise LaunchError(f"{opt} in the launch command must be an integer ({lo} to {_LAUNCH_INT_MAX}), "
+                          f"got {text[:40]!r}")
+    v = -int(digits) if neg else int(digits)
+    if not lo <= v <= _LAUNCH_INT_MAX:
+        raise LaunchError(f"{opt} in the launch command must be from {lo} to {_LAUNCH_INT_MAX}, got {text[:40]!r}")
     return v
 
 
@@ -148,11 +155,17 @@ def _len(opt: str, text: str) -> int:
             mult = {"k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}[t[-1]]
         t = t[:-1]
     try:
-        v = int(float(t) * mult)
-    except ValueError:
-        raise LaunchError(f"{opt} in the launch command must be a length such as 32768 or 32k, got {text!r}") from None
+        if not (t.isascii() and len(t) <= 16):
+            raise ValueError
+        f = float(t)
+        if not (0 < f * mult <= _LAUNCH_INT_MAX):  # also refuses inf and nan
+            raise ValueError
+        v = int(f * mult)
+    except (ValueError, OverflowError):
+        raise LaunchError(f"{opt} in the launch command must be a length from 1 to {_LAUNCH_INT_MAX} such as "
+                          f"32768 or 32k, got {text[:40]!r}") from None
     if v <= 0:
-        raise LaunchError(f"{opt} in the launch command must be positive, got {text!r}")
+        raise LaunchError(f"{opt} in the launch command must be positive, got {text[:40]!r}")
     return v
 
 

@@ -94,3 +94,16 @@ def test_cli_bad_value_in_command_is_one_line_exit_2():
     assert code == 2 and out.getvalue() == ""
     lines = err.getvalue().strip().splitlines()
     assert len(lines) == 1 and "--max-num-seqs" in lines[0] and "'lots'" in lines[0]
+
+
+def test_hostile_numbers_in_a_launch_command_are_one_error_line():
+    """Huge, non-finite or non-ASCII numbers after `--` are refused like flags (exit 2, one line)."""
+    import subprocess
+    import sys
+    for opt, val in (("--max-model-len", "1e400"), ("--max-model-len", "nan"), ("--max-num-seqs", str(10 ** 12)),
+                     ("--max-num-seqs", "\u0661\u0662"), ("--tensor-parallel-size", "9" * 5000)):
+        p = subprocess.run([sys.executable, "-m", "guard_core.cli", "plan", "--", "vllm", "serve", "m", opt, val],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2, (opt, val, p.returncode, p.stderr)
+        assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr, p.stderr
+        assert opt in p.stderr
