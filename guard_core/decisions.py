@@ -63,26 +63,13 @@ def describe_need(req: Requirement, buffer_bytes: int | None = None) -> str:
 
 _AUTO = Settings(workspace="auto")
 
-# Where the planner model is exact and the framework lines were checked
-# (tests/conformance, ci/matrix.sh): FLASHINFER_GUARD_WORKSPACE=exact applies
-# only there.
-EXACT_FLASHINFER = ("0.5.0", "0.7.4")
-EXACT_LINES = {"vLLM": ("0.19.1", "0.33.99"), "SGLang": ("0.5.5", "0.5.23.99")}
-
-
 def exact_refusal(framework: str, framework_version: str | None, flashinfer_version: str | None) -> str | None:
-    """Why ``exact`` must act as ``auto`` here, or None where it may shrink."""
-    if not flashinfer_version or not is_version(flashinfer_version):
-        return "FlashInfer version unknown"
-    lo, hi = EXACT_FLASHINFER
-    if not parse_version(lo) <= parse_version(flashinfer_version) <= parse_version(hi + ".99"):
-        return f"FlashInfer {flashinfer_version} is outside the releases the planner model was checked against ({lo}-{hi})"
-    rng = EXACT_LINES.get(framework)
-    if rng is None or not framework_version or not is_version(framework_version):
-        return f"{framework} version unknown"
-    if not parse_version(rng[0]) <= parse_version(framework_version) <= parse_version(rng[1]):
-        return f"{framework} {framework_version} is outside the checked lines ({rng[0]}-{rng[1].rsplit('.', 1)[0]})"
-    return None
+    """Why ``exact`` must act as ``auto`` here (outside the FlashInfer releases the
+    planner model was checked against, or the framework lines checked: the
+    declarations in guard_core.support), or None where it may shrink."""
+    from .support import unchecked_reason
+
+    return unchecked_reason(framework, framework_version, flashinfer_version)
 
 
 def _with_notes(dec: WorkspaceDecision, requirement: Requirement | None) -> WorkspaceDecision:

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field, replace
 
 from . import flashinfer_model as fm
 from .gpus import Gpu
-from .versions import parse_version
 
 MIB = 1 << 20
 INT_WORKSPACE_BYTES = 8 * MIB  # FlashInfer wrappers' own int buffer
@@ -189,8 +188,9 @@ def _uniform_for(caller: str, version: str, planners: Planners) -> bool:
     if planners.decode_uniform_q_len is not None:
         return planners.decode_uniform_q_len
     # FlashInfer 0.7.4's own tensor-core decode plan passes uniform_q_len=1 and
-    # fixed_uniform_q_len=True; SGLang calls FlashInfer's function, vLLM its own copy.
-    return caller == "sglang" and parse_version(version) >= parse_version("0.7.4")
+    # fixed_uniform_q_len=True; SGLang calls FlashInfer's function, vLLM its own copy
+    # (the release table in guard_core.support).
+    return fm.decode_uniform_q_len(caller, version)
 
 
 def decode_blocks_per_sm_bound(layout: AttentionLayout, gpu: Gpu) -> int:
@@ -440,6 +440,11 @@ def compute_requirement(
         notes.append(f"decode plans nothing in this buffer ({planners.decode})")
     if planners.prefill in ("trtllm", "none"):
         notes.append(f"prefill plans nothing in this buffer ({planners.prefill})")
+    from .support import flashinfer_extrapolation
+
+    extrapolated = flashinfer_extrapolation(flashinfer_version)
+    if extrapolated:
+        notes.insert(0, extrapolated)
 
     dominant = max(scenarios, key=lambda s: s.float_bytes, default=None)
     return Requirement(

@@ -45,7 +45,7 @@ def remember_user_size(environ) -> None:
 def on_backend_module(module) -> None:
     from guard_core.patching import guarded
 
-    from .plugin import log
+    from ._log import log
 
     guarded(log(), "workspace.patch", "workspace guard", _patch, module)
 
@@ -53,12 +53,19 @@ def on_backend_module(module) -> None:
 def _patch(module) -> None:
     from guard_core.patching import wrap_attr
 
-    from .plugin import log
+    from ._log import log
 
     cls = getattr(module, "FlashInferAttnBackend", None)
     if cls is None or not hasattr(module, "envs") or not hasattr(module.envs, NATIVE_VAR):
-        log().info_once("workspace.na", "workspace: not applicable on this SGLang version "
-                        "(no FlashInferAttnBackend / SGLANG_FLASHINFER_WORKSPACE_SIZE); nothing patched")
+        from guard_core import support
+        from guard_core.versions import flashinfer_version, is_version, parse_version
+
+        fi = flashinfer_version()
+        needed = None
+        if fi and is_version(fi) and parse_version(fi) < parse_version("0.7.1"):
+            needed = f"FlashInfer {fi} < 0.7.1 sizes its split-KV scratch by packed rows"
+        log().missing_target("workspace", f"{module.__name__}.FlashInferAttnBackend (SGLANG_FLASHINFER_WORKSPACE_SIZE)",
+                             support.line_label("sglang"), needed=needed)
         return
     wrap_attr(cls, "__init__", lambda orig: _make_init(module, orig))
     # whatever the model might still miss: an overflowing plan() gets a buffer that fits
@@ -88,7 +95,7 @@ def _make_init(module, orig):
     def __init__(self, model_runner, *args, **kwargs):
         from guard_core.patching import guarded
 
-        from .plugin import log
+        from ._log import log
 
         if not _applies(self):
             return orig(self, model_runner, *args, **kwargs)
@@ -219,7 +226,7 @@ class _Sizing:
         from guard_core.sizing import AttentionLayout, ServingLimits
         from guard_core.versions import flashinfer_version
 
-        from .plugin import log
+        from ._log import log
 
         settings = get_settings()
         fi = flashinfer_version()
@@ -365,7 +372,7 @@ class _Sizing:
             field.__dict__.pop("get", None)
 
     def report(self, backend) -> None:
-        from .plugin import log
+        from ._log import log
 
         dec = self.decision
         if dec is None:

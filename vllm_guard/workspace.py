@@ -58,9 +58,15 @@ def _on_backend(module) -> None:
 def _patch_backend(module) -> None:
     cls = getattr(module, BUILDER, None)
     if cls is None or not callable(getattr(cls, "_get_workspace_buffer", None)):
-        get_log().info_once(
-            "workspace-na", f"workspace: {BACKEND}.{BUILDER}._get_workspace_buffer not found: not applicable on this version"
-        )
+        from guard_core import support
+        from guard_core.versions import flashinfer_version, is_version, parse_version
+
+        fi = flashinfer_version()
+        needed = None
+        if fi and is_version(fi) and parse_version(fi) < parse_version("0.7.1"):
+            needed = f"FlashInfer {fi} < 0.7.1 sizes its split-KV scratch by packed rows"
+        get_log().missing_target("workspace", f"{BACKEND}.{BUILDER}._get_workspace_buffer",
+                                 support.line_label("vllm"), needed=needed)
         return
 
     def make_get(orig):

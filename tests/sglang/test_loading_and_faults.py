@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from conftest import SGLANG, _key
+from conftest import FLASHINFER, SGLANG, _key
 
 MIB = 1 << 20
 PLUGIN_SYSTEM = _key(SGLANG) >= (0, 5, 11)
@@ -75,6 +75,16 @@ def test_missing_targets_are_not_applicable(scenario):
     assert not any("internal error" in l for l in run.guard_lines)
     # x86 with auto: the MoE guard is not needed here, so its missing targets are debug lines
     assert [l for l in run.lines("moe") if "not found" in l] == []
+    # the workspace guard is needed wherever FlashInfer < 0.7.1: a missing target is one warning naming it
+    ws = [l for l in run.lines("workspace") if "not found on SGLang" in l]
+    if _key(FLASHINFER) < (0, 7, 1):
+        assert ws and all("where the guard is needed" in l for l in ws), ws
+        assert f"SGLang {SGLANG}" in ws[0] and "FlashInferAttnBackend" in ws[0]
+        # at warning level: FLASHINFER_GUARD_LOG=warning drops info lines, and this one stays
+        quiet = scenario("missing_targets", env={"FLASHINFER_GUARD_LOG": "warning"})
+        assert [l for l in quiet.lines("workspace") if "not found on SGLang" in l]
+    else:
+        assert ws == []
     debug = scenario("missing_targets", env={"FLASHINFER_GUARD_LOG": "debug"})
     assert any("moe: sglang.srt.layers.moe.utils.initialize_moe_config not found on SGLang" in l
                and "not applicable" in l for l in debug.guard_lines)
