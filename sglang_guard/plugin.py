@@ -81,6 +81,9 @@ def uninstall() -> None:
             backend = sys.modules.get(FLASHINFER_BACKEND)
             if backend is not None and getattr(backend, "FlashInferAttnBackend", None) is not None:
                 workspace.unpatch(backend)
+            from guard_core import safety_net
+
+            safety_net.uninstall()
             _log.reset_log()
         except Exception:
             pass
