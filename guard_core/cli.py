@@ -184,14 +184,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _fmt(n: int) -> str:
-    if n >= MIB:
-        return f"{n / MIB:.1f} MiB"
-    if n >= 1024:
-        return f"{n / 1024:.1f} KiB"
-    return f"{n} B"
-
-
 def _resolve_gpu(a) -> Gpu:
     name = a.gpu or ("b300" if a.sms is None else None)
     cc = None

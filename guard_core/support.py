@@ -108,6 +108,19 @@ def has(version: str, feature: str) -> bool:
     return _key(version) >= _key(first_release(feature))
 
 
+def workspace_guard_needed(version: str | None) -> str | None:
+    """Why the workspace guard is needed with FlashInfer ``version`` (releases before
+    PR #5177 size the split-KV scratch by packed rows), or None where it is not
+    (or the version is unknown)."""
+    fixed = first_release("rows_by_query")
+    try:
+        if version and _key(version) < _key(fixed):
+            return f"FlashInfer {version} < {fixed} sizes its split-KV scratch by packed rows"
+    except Exception:
+        return None
+    return None
+
+
 def values(version: str, feature: str) -> tuple:
     """The values of every row of ``feature`` that ``version`` has, in table order."""
     v = _key(version)

@@ -58,14 +58,10 @@ def _patch(module) -> None:
     cls = getattr(module, "FlashInferAttnBackend", None)
     if cls is None or not hasattr(module, "envs") or not hasattr(module.envs, NATIVE_VAR):
         from guard_core import support
-        from guard_core.versions import flashinfer_version, is_version, parse_version
+        from guard_core.versions import flashinfer_version
 
-        fi = flashinfer_version()
-        needed = None
-        if fi and is_version(fi) and parse_version(fi) < parse_version("0.7.1"):
-            needed = f"FlashInfer {fi} < 0.7.1 sizes its split-KV scratch by packed rows"
         log().missing_target("workspace", f"{module.__name__}.FlashInferAttnBackend (SGLANG_FLASHINFER_WORKSPACE_SIZE)",
-                             support.line_label("sglang"), needed=needed)
+                             support.line_label("sglang"), needed=support.workspace_guard_needed(flashinfer_version()))
         return
     wrap_attr(cls, "__init__", lambda orig: _make_init(module, orig))
     # whatever the model might still miss: an overflowing plan() gets a buffer that fits

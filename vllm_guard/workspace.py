@@ -59,14 +59,10 @@ def _patch_backend(module) -> None:
     cls = getattr(module, BUILDER, None)
     if cls is None or not callable(getattr(cls, "_get_workspace_buffer", None)):
         from guard_core import support
-        from guard_core.versions import flashinfer_version, is_version, parse_version
+        from guard_core.versions import flashinfer_version
 
-        fi = flashinfer_version()
-        needed = None
-        if fi and is_version(fi) and parse_version(fi) < parse_version("0.7.1"):
-            needed = f"FlashInfer {fi} < 0.7.1 sizes its split-KV scratch by packed rows"
         get_log().missing_target("workspace", f"{BACKEND}.{BUILDER}._get_workspace_buffer",
-                                 support.line_label("vllm"), needed=needed)
+                                 support.line_label("vllm"), needed=support.workspace_guard_needed(flashinfer_version()))
         return
 
     def make_get(orig):

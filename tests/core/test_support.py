@@ -170,3 +170,11 @@ def test_doctor_prints_the_declared_ranges(monkeypatch):
 def test_unchecked_reason(fw, v, fi, ok):
     reason = support.unchecked_reason(fw, v, fi)
     assert (reason is None) == ok, reason
+
+
+def test_workspace_guard_needed_follows_the_release_table():
+    from guard_core import support
+
+    assert "0.6.12 < 0.7.1" in support.workspace_guard_needed("0.6.12")
+    assert support.workspace_guard_needed("0.7.1") is None and support.workspace_guard_needed("0.7.2.post1") is None
+    assert support.workspace_guard_needed(None) is None and support.workspace_guard_needed("garbage") is None
