@@ -11,7 +11,11 @@
 # Qwen3-VL-32B shapes (CUDA-graph capture up to 512, vLLM's or SGLang's own
 # buffer, 142/132-SM GPUs as in the suites), and the MoE guard on a simulated
 # aarch64 SM100 host. An environment is deleted after its line when less than
-# 30 GB stay free (FLASHINFER_GUARD_KEEP_ENVS=1 keeps them all).
+# 30 GB stay free (FLASHINFER_GUARD_KEEP_ENVS=1 keeps them all). A line whose
+# environment is not there yet, on a disk with less than 60 GB free, downloads
+# into its own uv cache under $FG_HOME/matrix-cache, and that cache and the
+# environment are both deleted after the line: a line costs about 10 GB while
+# it runs and nothing after, and the default run's cache stays as it was.
 # Takes about 5-8 minutes per line on 2 cores (install ~1-2 min cold).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -28,9 +32,17 @@ for line in "${lines[@]}"; do
   echo "=== $line ($(date -u +%H:%M:%S))"
   t0=$(date +%s)
   rm -f "$out/$line".*
-  if ! py="$(bash ci/install_env.sh "$fw" "$ver" | tail -n 1)" || [ ! -x "$py" ]; then
+  own_cache=""
+  if [ ! -d "$FG_ENVS/$line" ] && [ "${FLASHINFER_GUARD_KEEP_ENVS:-0}" != 1 ] \
+     && [ "$(fg_free_gb "$FG_ENVS")" -lt 60 ]; then
+    own_cache="$FG_HOME/matrix-cache/$line"
+    echo "--- $line: own uv cache $own_cache (deleted after the line, with the environment)"
+  fi
+  if ! py="$(UV_CACHE_DIR="${own_cache:-$UV_CACHE_DIR}" bash ci/install_env.sh "$fw" "$ver" | tail -n 1)" \
+     || [ ! -x "$py" ]; then
     echo '{"install": "failed"}' > "$out/$line.probe.json"
     status=1
+    [ -z "$own_cache" ] || rm -rf "$own_cache" "${FG_ENVS:?}/$line"
     continue
   fi
   "$py" ci/matrix_probe.py "$fw" > "$out/$line.probe.json" 2> "$out/$line.probe.log" || status=1
@@ -45,7 +57,10 @@ for line in "${lines[@]}"; do
   fi
   tail -n 1 "$out/$line.pytest.log"
   echo "--- $line: $(( $(date +%s) - t0 )) s"
-  if [ "${FLASHINFER_GUARD_KEEP_ENVS:-0}" != 1 ] && [ "$(fg_free_gb "$FG_ENVS")" -lt 30 ]; then
+  if [ -n "$own_cache" ]; then
+    echo "--- removing $FG_ENVS/$line and its own uv cache"
+    rm -rf "$own_cache" "${FG_ENVS:?}/$line"
+  elif [ "${FLASHINFER_GUARD_KEEP_ENVS:-0}" != 1 ] && [ "$(fg_free_gb "$FG_ENVS")" -lt 30 ]; then
     echo "--- removing $FG_ENVS/$line (less than 30 GB free)"
     rm -rf "${FG_ENVS:?}/$line"
   fi

@@ -22,7 +22,14 @@ LINE_RE = re.compile(r"\[flashinfer-guard\] (workspace|moe): (.*)$")
 
 
 def run(script: str, *args: str, env: dict | None = None) -> dict:
-    full_env = dict(os.environ, HF_HUB_OFFLINE="1", **(env or {}))
+    # as the suites' conftests do: our checkout and the suite folder first on the
+    # path (an environment's editable install may point at another checkout),
+    # none of the caller's FLASHINFER_GUARD* settings
+    full_env = {k: v for k, v in os.environ.items()
+                if not k.startswith("FLASHINFER_GUARD") and k != "PYTHONDONTWRITEBYTECODE"}
+    full_env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1",
+                    PYTHONPATH=os.pathsep.join([REPO, os.path.join(REPO, os.path.dirname(script))]))
+    full_env.update(env or {})
     proc = subprocess.run([sys.executable, os.path.join(REPO, script), *args], capture_output=True, text=True,
                           env=full_env, cwd=REPO, timeout=600)
     out = {"rc": proc.returncode}
@@ -49,10 +56,13 @@ def vllm() -> dict:
     res = {"discover": run(s, "discover")}
     for shape in ("qwen35", "qwen3vl"):
         res[f"ws_{shape}"] = run(s, "workspace", "--fake-gpu", "--shape", shape)
-        res[f"ws_{shape}_alone"] = run(s, "workspace", "--fake-gpu", "--no-plugins", "--shape", shape)
+        res[f"ws_{shape}_alone"] = run(s, "workspace", "--fake-gpu", "--no-plugins", "--shape", shape,
+                                       env={"VLLM_PLUGINS": ""})
+    # EngineArgs loads the plugins by itself: the baseline names none at all
     env = {"VLLM_TARGET_DEVICE": "cpu"}
+    alone = dict(env, VLLM_PLUGINS="")
     res["moe_aarch64"] = run(s, "moe", "--machine", "aarch64", "--explicit", env=env)
-    res["moe_aarch64_alone"] = run(s, "moe", "--machine", "aarch64", "--explicit", "--no-plugins", env=env)
+    res["moe_aarch64_alone"] = run(s, "moe", "--machine", "aarch64", "--explicit", "--no-plugins", env=alone)
     return res
 
 
