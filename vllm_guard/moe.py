@@ -9,7 +9,10 @@ everywhere (``on``):
   vLLM module that holds the original (now and on later imports), and caches
   that captured the old answer are cleared;
 - the MXFP4 TRT-LLM experts, which that function does not gate, report the
-  device unsupported (``_supports_current_device``);
+  device unsupported (``_supports_current_device``); so does vLLM 0.19's
+  BF16 gate, a module-level ``_supports_current_device`` in
+  ``fused_moe/flashinfer_trtllm_moe.py`` that checks only the GPU family
+  (from 0.20 the BF16 experts class asks TARGET);
 - an explicit request still boots: ``kernel_config.moe_backend`` and
   ``speculative_config.moe_backend`` = ``flashinfer_trtllm`` on the config that
   ``EngineArgs.create_engine_config()`` returns become ``auto``; the older env
@@ -54,6 +57,8 @@ IMPORTERS = (
 # functools.cache'd functions that call TARGET and so remember its answer.
 DEPENDENT_CACHES = ("is_flashinfer_mxint4_moe_available",)
 MXFP4 = "vllm.model_executor.layers.fused_moe.experts.trtllm_mxfp4_moe"
+# vLLM 0.19: the BF16 TRT-LLM MoE gate is this module's own _supports_current_device()
+BF16_GATE = "vllm.model_executor.layers.fused_moe.flashinfer_trtllm_moe"
 FI_UTILS = "vllm.model_executor.layers.quantization.utils.flashinfer_utils"
 ARG_UTILS = "vllm.engine.arg_utils"
 MXFP4_ORACLE = "vllm.model_executor.layers.fused_moe.oracle.mxfp4"
@@ -84,6 +89,7 @@ def install(settings) -> None:
     for name in IMPORTERS:
         when_imported(name, _on_importer, key="vllm_guard.moe.importer")
     when_imported(MXFP4, _on_mxfp4, key="vllm_guard.moe.mxfp4")
+    when_imported(BF16_GATE, _on_bf16_gate, key="vllm_guard.moe.bf16_gate")
     when_imported(FI_UTILS, _on_fi_utils, key="vllm_guard.moe.fi_utils")
     when_imported(ARG_UTILS, _on_arg_utils, key="vllm_guard.moe.arg_utils")
     when_imported(MXFP4_ORACLE, _on_mxfp4_oracle, key="vllm_guard.moe.mxfp4_oracle")
@@ -189,6 +195,50 @@ def _on_importer(module) -> None:
                 clear()
 
     guarded(get_log(), "moe", "moe guard", rebind, module)
+
+
+# --- vLLM 0.19's BF16 gate (a module function that does not ask TARGET) ------
+
+def _on_bf16_gate(module) -> None:
+    guarded(get_log(), "moe", "moe guard (BF16)", _patch_bf16_gate, module)
+
+
+def _patch_bf16_gate(module) -> None:
+    # later lines keep the module (its fused op) without the gate: nothing to do there
+    if not decision().block or not callable(vars(module).get("_supports_current_device")):
+        return
+
+    def make(orig):
+        def _supports_current_device(*args, **kwargs) -> bool:
+            if decision().block:
+                if guarded(get_log(), "moe", "moe guard (BF16)", orig, *args, default=False, **kwargs):
+                    get_log().info_once(
+                        "moe-block-bf16",
+                        decision().line("FlashInfer TRT-LLM BF16 MoE reported unsupported; "
+                                        "vLLM selects its next BF16 MoE backend"),
+                    )
+                    if guarded(get_log(), "moe", "moe guard (BF16)", _bf16_route_asked, default=False):
+                        # the user's own route to TRT-LLM is not followed: a warning, as for
+                        # an explicit --moe-backend
+                        get_log().warning_once(
+                            "moe-env-route",
+                            decision().line("VLLM_FLASHINFER_MOE_BACKEND=latency (TRT-LLM) with "
+                                            "VLLM_USE_FLASHINFER_MOE_FP16=1 not followed; vLLM "
+                                            "selects its next BF16 MoE backend"),
+                        )
+                return False
+            return orig(*args, **kwargs)
+
+        return _supports_current_device
+
+    _patches.wrap(module, "_supports_current_device", make)
+
+
+def _bf16_route_asked() -> bool:
+    """VLLM_USE_FLASHINFER_MOE_FP16=1 with the latency (TRT-LLM) backend, as vLLM reads them."""
+    import vllm.envs as envs
+
+    return bool(envs.VLLM_USE_FLASHINFER_MOE_FP16) and envs.VLLM_FLASHINFER_MOE_BACKEND == "latency"
 
 
 # --- MXFP4 TRT-LLM experts (not gated by TARGET) ----------------------------

@@ -31,6 +31,8 @@ SCENARIOS: dict[str, tuple[list[str], dict[str, str]]] = {
     "discover": (["discover"], AUTO),
     "moe_arm": (["moe", "--machine", "aarch64", "--explicit"], AUTO),
     "moe_x86": (["moe", "--machine", "x86_64", "--explicit"], AUTO),
+    # vLLM alone: what its own selection picks on this line (EngineArgs loads plugins by itself)
+    "moe_baseline": (["moe", "--machine", "x86_64", "--explicit", "--no-plugins"], {"VLLM_PLUGINS": ""}),
     "moe_x86_on": (["moe", "--machine", "x86_64", "--explicit"], {"FLASHINFER_GUARD_MOE": "on"}),
     "moe_arm_off": (["moe", "--machine", "aarch64"], {"FLASHINFER_GUARD_MOE": "off"}),
     "moe_env_route": (["moe_env_route", "--machine", "aarch64"],

@@ -53,6 +53,7 @@ for p in (REPO, HERE):
     if p not in sys.path:
         sys.path.insert(0, p)
 
+from cpu_host import no_pinned_memory  # noqa: E402
 from scenarios import configure_vllm_logging, cpu_only_impl_buffers, model_dir  # noqa: E402
 
 MIB = 1 << 20
@@ -143,7 +144,7 @@ def gpu_platform(name: str, cc: tuple[int, int]) -> None:
 
     cls = type(current_platform)
     cls.support_static_graph_mode = classmethod(lambda c: True)
-    cls.is_pin_memory_available = classmethod(lambda c: False)
+    no_pinned_memory()
     cls.get_device_capability = classmethod(lambda c, device_id=0: DeviceCapability(*cc))
     cls.get_device_name = classmethod(lambda c, device_id=0: name)
 
@@ -278,9 +279,27 @@ def resolve_cudagraphs(case: Case, vc, specs):
 
     supports = [FlashInferMetadataBuilder.get_cudagraph_support(vc, spec) for spec in specs]
     least = min(supports, key=lambda s: s.value)
-    mode = vc.compilation_config.resolve_cudagraph_mode_and_sizes(
-        least, "FlashInferBackend", 1 + case.draft, case.tp, None, case.max_num_seqs)
-    return mode, least
+    cc = vc.compilation_config
+    if hasattr(cc, "resolve_cudagraph_mode_and_sizes"):  # vLLM 0.20+
+        mode = cc.resolve_cudagraph_mode_and_sizes(
+            least, "FlashInferBackend", 1 + case.draft, case.tp, None, case.max_num_seqs)
+        return mode, least
+    # vLLM 0.19: the model runner resolves it itself; run its own method on a runner
+    # that holds only what that method reads (no drafter: the spec draft is not EAGLE)
+    import types
+
+    from vllm.v1.attention.backends.flashinfer import FlashInferBackend
+    from vllm.v1.kv_cache_interface import KVCacheGroupSpec
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    runner = types.SimpleNamespace(
+        vllm_config=vc, compilation_config=cc, parallel_config=vc.parallel_config,
+        uniform_decode_query_len=1 + case.draft, kv_cache_config=None, speculative_config=None,
+        cudagraph_dispatcher=types.SimpleNamespace(initialize_cudagraph_keys=lambda *a, **k: None))
+    GPUModelRunner._check_and_update_cudagraph_mode(
+        runner, [{FlashInferBackend} for _ in specs],
+        [KVCacheGroupSpec([f"layer.{i}"], spec) for i, spec in enumerate(specs)])
+    return cc.cudagraph_mode, least
 
 
 def make_builders(case: Case, vc, groups):
@@ -296,7 +315,8 @@ def make_builders(case: Case, vc, groups):
 
     kcc = KVCacheConfig(num_blocks=4096, kv_cache_tensors=[],
                         kv_cache_groups=[KVCacheGroupSpec(names, spec) for names, spec in groups])
-    attn_groups, _, _ = init_attn_backend(kcc, vc, dev)
+    # 0.19 returns (backends by layer, groups), later lines (groups, ...)
+    attn_groups = next(x for x in init_attn_backend(kcc, vc, dev) if isinstance(x, list))
     return [g.get_metadata_builder(0) for gs in attn_groups for g in gs]
 
 

@@ -29,6 +29,8 @@ import platform
 import sys
 import tempfile
 
+from cpu_host import no_pinned_memory
+
 MIB = 1 << 20
 
 # Qwen3.5-397B-A17B full-attention shape, as a dense config vLLM can parse.
@@ -118,7 +120,7 @@ def make_sm100_platform():
     assert vp.current_platform.is_cuda() and vp.current_platform.is_device_capability_family(100)
 
 
-def moe_config(backend: str = "auto"):
+def moe_config(backend: str = "auto", activation: str = "SILU"):
     import torch
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
     from vllm.model_executor.layers.fused_moe.config import (
@@ -131,22 +133,34 @@ def moe_config(backend: str = "auto"):
     size_field = "intermediate_size" if "intermediate_size" in names else "intermediate_size_per_partition"
     return FusedMoEConfig(
         num_experts=128, experts_per_token=8, hidden_dim=2048, **{size_field: 768},
-        num_local_experts=128, num_logical_experts=128, activation=MoEActivation.SILU, device="cuda",
+        num_local_experts=128, num_logical_experts=128, activation=getattr(MoEActivation, activation), device="cuda",
         routing_method=RoutingMethodType.Renormalize,
         moe_parallel_config=FusedMoEParallelConfig.make_no_parallel(), in_dtype=torch.bfloat16,
         moe_backend=backend)
+
+
+def select_bf16(cfg):
+    """vLLM's BF16 MoE oracle, called as that line's model build calls it: up to 0.19
+    it takes use_ep/use_dp and returns the backend alone, later a (backend, experts) pair."""
+    import inspect
+
+    from vllm.model_executor.layers.fused_moe.oracle.unquantized import select_unquantized_moe_backend
+
+    params = inspect.signature(select_unquantized_moe_backend).parameters
+    kw = {k: False for k in ("use_ep", "use_dp") if k in params}
+    out = select_unquantized_moe_backend(cfg, **kw)
+    return out if isinstance(out, tuple) else (out, None)
 
 
 def select_all(backend: str = "auto") -> dict:
     """vLLM's own MoE backend selection (the oracles model build runs)."""
     from vllm.model_executor.layers.fused_moe.oracle.fp8 import select_fp8_moe_backend
     from vllm.model_executor.layers.fused_moe.oracle.nvfp4 import select_nvfp4_moe_backend
-    from vllm.model_executor.layers.fused_moe.oracle.unquantized import select_unquantized_moe_backend
     from vllm.model_executor.layers.quantization.utils.quant_utils import (
         kFp8StaticTensorSym, kNvfp4Dynamic, kNvfp4Static)
 
     calls = {
-        "bf16": lambda: select_unquantized_moe_backend(moe_config(backend)),
+        "bf16": lambda: select_bf16(moe_config(backend)),
         "fp8": lambda: select_fp8_moe_backend(moe_config(backend), kFp8StaticTensorSym, kFp8StaticTensorSym),
         "nvfp4": lambda: select_nvfp4_moe_backend(moe_config(backend), kNvfp4Static, kNvfp4Dynamic),
     }
@@ -246,10 +260,9 @@ def sc_moe_env_route(args) -> None:
     vconfig = engine_config() if os.environ.get("VLLM_USE_FLASHINFER_MOE_MXFP4_BF16") else None
     import_moe_modules()
     make_sm100_platform()
-    from vllm.model_executor.layers.fused_moe.oracle.unquantized import select_unquantized_moe_backend
 
     try:
-        bf16 = select_unquantized_moe_backend(moe_config("auto"))[0].name
+        bf16 = select_bf16(moe_config("auto"))[0].name
     except Exception as exc:
         bf16 = f"raises {type(exc).__name__}"
     import vllm.envs
@@ -263,7 +276,9 @@ def sc_moe_env_route(args) -> None:
 
         try:
             with set_current_vllm_config(vconfig):
-                mxfp4 = select_mxfp4_moe_backend(moe_config("auto"))[0].name
+                # an MXFP4 MoE model's own activation (gpt-oss): 0.19's TRT-LLM MXFP4
+                # experts take no other
+                mxfp4 = select_mxfp4_moe_backend(moe_config("auto", activation="SWIGLUOAI"))[0].name
         except Exception as exc:  # vLLM's own error, reported to the test
             mxfp4 = f"raises {type(exc).__name__}"
             print(f"mxfp4: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -279,7 +294,7 @@ def allow_static_graphs() -> None:
 
     cls = type(current_platform)
     cls.support_static_graph_mode = classmethod(lambda c: True)
-    cls.is_pin_memory_available = classmethod(lambda c: False)
+    no_pinned_memory()
 
 
 def cpu_only_impl_buffers() -> None:
