@@ -65,5 +65,5 @@ for line in "${lines[@]}"; do
     rm -rf "${FG_ENVS:?}/$line"
   fi
 done
-python3 ci/matrix_report.py "$out" docs/compatibility.md "bash ci/matrix.sh ${*:-}" || status=1
+python3 ci/matrix_report.py "$out" docs/compatibility.md "bash ci/matrix.sh ${*:-}" README.md || status=1
 exit $status

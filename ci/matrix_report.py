@@ -1,9 +1,11 @@
 """Write docs/compatibility.md from ci/matrix.sh's results folder.
 
-    python3 ci/matrix_report.py RESULTS_DIR OUT.md "COMMAND"
+    python3 ci/matrix_report.py RESULTS_DIR OUT.md "COMMAND" [README.md]
 
 Lines whose results are absent keep their row from the existing OUT.md, so a
-partial run (`bash ci/matrix.sh vllm-0.19.1`) updates only what it ran.
+partial run (`bash ci/matrix.sh vllm-0.19.1`) updates only what it ran. With a
+README, its per-version table (between the ``<!-- compat:begin -->`` and
+``<!-- compat:end -->`` markers) is rewritten from OUT.md's rows.
 """
 
 from __future__ import annotations
@@ -89,7 +91,33 @@ def row(folder: Path, line: str, stamp: str) -> str | None:
             f"{workspace(p, 'qwen35')} | {workspace(p, 'qwen3vl')} | {moe(p, fw)} | {stamp} |")
 
 
-def main(folder: str, out: str, command: str) -> int:
+BEGIN, END = "<!-- compat:begin -->", "<!-- compat:end -->"
+
+
+def readme_table(rows: list[str]) -> str:
+    """The README's per-version table: OUT.md's rows without the suite and date columns."""
+    out = ["| line | FlashInfer | workspace, Qwen3.5-397B shape | workspace, Qwen3-VL-32B shape "
+           "| MoE guard (aarch64, SM100) |", "|---|---|---|---|---|"]
+    for r in rows:
+        cells = [c.strip() for c in r.strip().strip("|").split("|")]
+        if len(cells) >= 8:
+            line, fi, _torch, _suite, q35, vl, moe_, _date = cells[:8]
+            out.append(f"| {line} | {fi} | {q35} | {vl} | {moe_} |")
+    return "\n".join(out)
+
+
+def update_readme(path: Path, rows: list[str]) -> bool:
+    text = path.read_text()
+    if BEGIN not in text or END not in text:
+        print(f"{path}: no {BEGIN} ... {END} markers; README not updated", file=sys.stderr)
+        return False
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    path.write_text(head + BEGIN + "\n" + readme_table(rows) + "\n" + END + tail)
+    return True
+
+
+def main(folder: str, out: str, command: str, readme: str | None = None) -> int:
     folder_p, out_p = Path(folder), Path(out)
     old = {}
     if out_p.exists():
@@ -115,8 +143,10 @@ def main(folder: str, out: str, command: str) -> int:
         "`flashinfer_trtllm` MoE backend.\n\n"
         + HEADER + "\n|" + "---|" * 8 + "\n" + "\n".join(rows) + "\n")
     print(f"wrote {out_p} ({len(rows)} lines)")
+    if readme and update_readme(Path(readme), rows):
+        print(f"updated the per-version table in {readme}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:4]))
+    sys.exit(main(*sys.argv[1:5]))

@@ -141,6 +141,9 @@ def set_attention_tp_size(size=1):
 
         if hasattr(ps, "_ATTN_TP") and ps._ATTN_TP is None:
             ps._ATTN_TP = types.SimpleNamespace(world_size=size, rank_in_group=0, rank=0)
+        # 0.5.15+: attention context parallel, one rank (no context parallelism)
+        if hasattr(ps, "_ATTN_CP") and ps._ATTN_CP is None:
+            ps._ATTN_CP = types.SimpleNamespace(world_size=1, rank_in_group=0, rank=0)
     except ImportError:
         pass
     if hasattr(dpa, "_ATTN_TP_SIZE"):
