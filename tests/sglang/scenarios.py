@@ -282,9 +282,17 @@ def _sm100(monkey_machine):
     import sglang.srt.server_args as sam
 
     fake_machine(monkey_machine)
-    for name in ("is_sm100_supported", "is_cuda"):
-        if hasattr(sam, name):
-            setattr(sam, name, lambda *a, **k: True)
+    mods = [sam]
+    try:  # 0.5.15: the model rules (DeepSeek FP8 -> flashinfer_trtllm on SM100) live here
+        import sglang.srt.arg_groups.overrides as ovr
+
+        mods.append(ovr)
+    except ImportError:
+        pass
+    for mod in mods:
+        for name in ("is_sm100_supported", "is_cuda"):
+            if hasattr(mod, name):
+                setattr(mod, name, lambda *a, **k: True)
     return sam
 
 

@@ -81,6 +81,10 @@ def one(case):
         d = args.resolved_dict()
         dec = d["cuda_graph_config"]["decode"]
         return {"max_bs": dec["max_bs"], "bs": dec["bs"], "chunked_prefill_size": d["chunked_prefill_size"]}
+    cg = getattr(args, "cuda_graph_config", None)
+    if hasattr(cg, "decode"):  # 0.5.15-0.5.22: the per-phase config, resolved in __post_init__
+        return {"max_bs": cg.decode.max_bs, "bs": list(cg.decode.bs or []),
+                "chunked_prefill_size": args.chunked_prefill_size}
     return {"max_bs": args.cuda_graph_max_bs, "bs": list(args.cuda_graph_bs),
             "chunked_prefill_size": args.chunked_prefill_size}
 
