@@ -13,8 +13,14 @@ framework's own ``plan()`` calls through FlashInfer's real planner code, see
   with ``backend="auto"`` plans FA2 unless an FP8 dtype is involved; with FP8
   it asks ``determine_attention_backend`` like the prefill wrapper.
 - CUDA-core decode (``use_tensor_cores=False``) runs ``DecodePlan``.
-- vLLM: the query stays in the model dtype unless TRT-LLM attention is usable
-  (then ``q_data_type = kv_cache_dtype``); decode always runs with tensor cores;
+- vLLM up to 0.25: the query stays in the model dtype unless TRT-LLM attention
+  is usable (then ``q_data_type = kv_cache_dtype``); from 0.26 the builder
+  holds one query dtype per phase (``q_data_type_prefill`` /
+  ``q_data_type_decode``, ``get_q_data_type``): with an FP8 KV cache on SM90
+  and SM10x the query is FP8 too (so SM90 prefill plans FA3), except SM90/SM12x
+  decode, which keeps the model dtype unless TRT-LLM attention is forced off.
+  The adapter passes the builder's own values; ``vllm_query_dtypes`` is that
+  rule for the CLI, which has no builder. Decode always runs with tensor cores;
   on SM10x it decodes with TRT-LLM-gen (nothing planned in this buffer) only
   when ``use_trtllm_decode_attention and dcp_world_size <= 1``; with decode
   context parallel the decode wrapper plans all DCP ranks' query heads.
@@ -73,6 +79,11 @@ class PlannerFacts:
     dcp_size: int = 1
     # SGLang's decision (None: unknown); vLLM always decodes with tensor cores
     tensor_core_decode: bool | None = True
+    # vLLM: the query dtype per phase as the builder holds it (0.26+). "derive": vLLM
+    # <= 0.25's rule (the KV dtype only where TRT-LLM attention is usable); None: unknown
+    # (both the model dtype and the KV dtype are sized)
+    q_prefill: str | None = "derive"
+    q_decode: str | None = "derive"
 
 
 @dataclass(frozen=True)
@@ -116,6 +127,15 @@ def choose_planners(facts: PlannerFacts) -> PlannerChoice:
     if facts.framework == "vllm" and facts.trtllm_attention is None:
         missing.append("TRT-LLM attention availability")
         trt = [False, True]
+    qps, qds = [facts.q_prefill], [facts.q_decode]
+    if facts.framework == "vllm":
+        for name, given, opts in (("prefill", facts.q_prefill, qps), ("decode", facts.q_decode, qds)):
+            if given is None:
+                missing.append(f"{name} query dtype")
+                opts[:] = ["16bit", "kv"]
+            elif given != "derive" and dtype_kind(given) is None:
+                missing.append(f"{name} query dtype ({given!r})")
+                opts[:] = ["16bit", "kv"]
     tcd = [facts.tensor_core_decode]
     if facts.tensor_core_decode is None:
         missing.append("tensor-core decode")
@@ -123,9 +143,9 @@ def choose_planners(facts: PlannerFacts) -> PlannerChoice:
 
     out: list[Planners] = []
     reasons: list[str] = []
-    for cc, kv_kind, trtllm, tc in product(ccs, kinds, trt, tcd):
+    for cc, kv_kind, trtllm, tc, qp, qd in product(ccs, kinds, trt, tcd, qps, qds):
         if facts.framework == "vllm":
-            p, why = _vllm(facts, cc, kv_kind, bool(trtllm))
+            p, why = _vllm(facts, cc, kv_kind, bool(trtllm), qp, qd)
         else:
             p, why = _sglang(facts, cc, kv_kind, bool(tc))
         if p not in out:
@@ -135,11 +155,33 @@ def choose_planners(facts: PlannerFacts) -> PlannerChoice:
     return PlannerChoice(tuple(out), tuple(missing), tuple(reasons), factor)
 
 
-def _vllm(facts: PlannerFacts, cc, kv_kind, trtllm: bool):
+def _q_kind(given, derived: str, kv_kind: str) -> str:
+    if given == "derive":
+        return derived
+    if given == "kv":
+        return kv_kind
+    return dtype_kind(given) or derived
+
+
+def vllm_query_dtypes(cc, kv_kind: str | None, trtllm_forced_off: bool = False) -> tuple[str, str]:
+    """vLLM 0.26+'s query dtype kinds (prefill, decode): ``get_q_data_type`` for a
+    CLI that has no builder to read them from (checked through the real calls)."""
+    if kv_kind != "fp8" or cc is None:
+        return "16bit", "16bit"
+    fp8_q = tuple(cc) == (9, 0) or cc[0] == 10
+    prefill = "fp8" if fp8_q else "16bit"
+    decode = prefill
+    if (tuple(cc) == (9, 0) or cc[0] == 12) and not trtllm_forced_off:
+        decode = "16bit"  # XQA decode needs a 16-bit query
+    return prefill, decode
+
+
+def _vllm(facts: PlannerFacts, cc, kv_kind, trtllm: bool, qp="derive", qd="derive"):
     if kv_kind == "fp4":
         return Planners(prefill="trtllm", decode="trtllm"), "NVFP4 KV cache: TRT-LLM attention only"
     usable = trtllm and _sm10x(cc)
-    q_kind = kv_kind if usable else "16bit"
+    derived = kv_kind if usable else "16bit"
+    q_prefill, q_decode = _q_kind(qp, derived, kv_kind), _q_kind(qd, derived, kv_kind)
     trt_decode = usable if facts.trtllm_decode is None else (bool(facts.trtllm_decode) and usable)
     trt_prefill = usable if facts.trtllm_prefill is None else (bool(facts.trtllm_prefill) and usable)
     # vLLM's use_trtllm_attention() refuses DCP > 1: prefill then runs
@@ -150,11 +192,11 @@ def _vllm(facts: PlannerFacts, cc, kv_kind, trtllm: bool):
     if trt_decode and int(facts.dcp_size or 1) <= 1:
         decode, dwhy = "trtllm", "decode TRT-LLM-gen"
     else:
-        decode = _fa_backend(cc, q_kind, kv_kind, tensor_core_decode=True)
+        decode = _fa_backend(cc, q_decode, kv_kind, tensor_core_decode=True)
         dwhy = f"tensor-core decode {decode.upper()}"
         if trt_decode:
             dwhy += f" (DCP {facts.dcp_size}: no TRT-LLM decode)"
-    prefill = "trtllm" if trt_prefill else _fa_backend(cc, q_kind, kv_kind, tensor_core_decode=False)
+    prefill = "trtllm" if trt_prefill else _fa_backend(cc, q_prefill, kv_kind, tensor_core_decode=False)
     return Planners(prefill=prefill, decode=decode), f"prefill {prefill.upper()}, {dwhy}"
 
 

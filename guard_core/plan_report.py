@@ -17,7 +17,7 @@ import sys
 
 from . import flashinfer_model as fm
 from .decisions import decide_moe
-from .dispatch import PlannerFacts, choose_planners, dtype_bytes, dtype_kind
+from .dispatch import PlannerFacts, choose_planners, dtype_bytes, dtype_kind, vllm_query_dtypes
 from .frameworks import (NATIVE_VAR, Deployment, derive, framework_label, gpu_memory, is_aarch64_gpu,
                          sglang_tensor_core_decode, short_line, workspace_source, default_workspace)
 from .gpus import find_spec
@@ -228,8 +228,13 @@ def build(a, resolve_gpu, environ=None) -> dict:
     else:
         trt, trt_src = False, ""
         tcd, tcd_why = sglang_tensor_core_decode(kv_kind, q, kv)
+    q_prefill = q_decode = "derive"
+    if fw == "vllm" and _line_at_least(line, (0, 26)):
+        # vLLM 0.26+ sets the query dtype per phase itself (get_q_data_type)
+        q_prefill, q_decode = vllm_query_dtypes(gpu.cc, kv_kind, getattr(a, "trtllm_attention", None) == "off")
     choice = choose_planners(PlannerFacts(framework=fw, cc=gpu.cc, kv_dtype=kv_dtype, trtllm_attention=trt,
-                                          dcp_size=dcp_v, tensor_core_decode=tcd))
+                                          dcp_size=dcp_v, tensor_core_decode=tcd,
+                                          q_prefill=q_prefill, q_decode=q_decode))
     cands = list(choice.candidates)
     if a.decode_planner or a.prefill_planner:
         cands = [Planners(prefill=a.prefill_planner or c.prefill, decode=a.decode_planner or c.decode) for c in cands]
@@ -453,3 +458,12 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
 def _moe_line(r, w):
     mo = r["moe"]
     w(f"moe guard  {mo['host_arch']} host ({mo['host_arch_source']}): {mo['verdict']}\n")
+
+
+def _line_at_least(line, version: tuple) -> bool:
+    from .versions import InvalidVersion, parse_version
+
+    try:
+        return parse_version(str(line))[1] >= version
+    except (InvalidVersion, TypeError, IndexError):
+        return False

@@ -152,6 +152,23 @@ def _trtllm_facts(builder):
     return bool(dec), bool(dec)
 
 
+def _query_dtypes(builder):
+    """The query dtype per phase as this builder plans with it.
+
+    vLLM 0.26+ fixes both at construction (``q_data_type_prefill`` /
+    ``q_data_type_decode``): they are read as they are. Up to 0.25 the builder
+    holds one ``q_data_type`` that ``build()`` may still lower to the model dtype
+    when TRT-LLM attention is not used: the core derives it ("derive"). A
+    builder with neither is unknown (None: the core sizes both)."""
+    p = getattr(builder, "q_data_type_prefill", _MISSING)
+    d = getattr(builder, "q_data_type_decode", _MISSING)
+    if p is not _MISSING and d is not _MISSING:
+        return str(p), str(d)
+    if getattr(builder, "q_data_type", _MISSING) is not _MISSING:
+        return "derive", "derive"
+    return None, None
+
+
 def _capture_sizes(builder, vc, draft, max_seqs, missing):
     """CUDA-graph capture sizes (tokens) this builder plans for; where the
     builder does not say, the config's, and where that is unknown too, every
@@ -223,10 +240,12 @@ def facts(builder, gpu):
     trt_usable, trt_decode = _trtllm_facts(builder)
     if trt_usable is None:
         missing.append("use_trtllm_decode_attention")
+    q_prefill, q_decode = _query_dtypes(builder)
     pfacts = PlannerFacts(
         framework="vllm", cc=tuple(gpu.cc) if gpu is not None else None,
         kv_dtype=str(kv) if kind is not None else None,
-        trtllm_attention=trt_usable, trtllm_decode=trt_decode, dcp_size=dcp, tensor_core_decode=True)
+        trtllm_attention=trt_usable, trtllm_decode=trt_decode, dcp_size=dcp, tensor_core_decode=True,
+        q_prefill=q_prefill, q_decode=q_decode)
 
     spec_cfg = getattr(vc, "speculative_config", None)
     draft = int(getattr(spec_cfg, "num_speculative_tokens", 0) or 0) if spec_cfg is not None else 0

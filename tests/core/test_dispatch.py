@@ -3,7 +3,7 @@ sizing fixes from issue 8 (FP8 KV on SM90, DCP on SM100, verify units,
 missing facts, per-kind errors). The rules themselves are checked against the
 frameworks' real plan() calls in tests/vllm and tests/sglang (real calls)."""
 
-from guard_core.dispatch import PlannerFacts, choose_planners, dtype_kind, size_choice
+from guard_core.dispatch import PlannerFacts, choose_planners, dtype_kind, size_choice, vllm_query_dtypes
 from guard_core.gpus import lookup_gpu
 from guard_core.sizing import AttentionLayout, ServingLimits, compute_requirement, Planners
 
@@ -29,6 +29,41 @@ def test_vllm_sm90_fp8_kv_runs_fa2_in_both_phases():
     # BF16 KV on SM90: prefill auto -> FA3, tensor-core decode -> FA2 (no FP8 involved)
     assert planners(framework="vllm", cc=(9, 0), kv_dtype="auto", trtllm_attention=False) == (
         Planners(prefill="fa3", decode="fa2"),)
+
+
+def test_vllm_026_query_dtype_per_phase_from_the_builder():
+    """vLLM 0.26+ (seen through the real calls on 0.29, h200_fp8kv): the builder's
+    q_data_type_prefill is FP8 with an FP8 KV cache on SM90, so prefill plans FA3
+    (int buffer only), while decode keeps BF16 for XQA and plans FA2."""
+    got = planners(framework="vllm", cc=(9, 0), kv_dtype="fp8_e4m3", trtllm_attention=False,
+                   q_prefill="torch.float8_e4m3fn", q_decode="torch.bfloat16")
+    assert got == (Planners(prefill="fa3", decode="fa2"),)
+    # TRT-LLM forced off: decode takes the FP8 query as well
+    got = planners(framework="vllm", cc=(9, 0), kv_dtype="fp8", trtllm_attention=False,
+                   q_prefill="torch.float8_e4m3fn", q_decode="torch.float8_e4m3fn")
+    assert got == (Planners(prefill="fa3", decode="fa3"),)
+
+
+def test_vllm_query_dtype_unknown_sizes_both_and_says_so():
+    c = choose_planners(PlannerFacts("vllm", (9, 0), kv_dtype="fp8", trtllm_attention=False,
+                                     q_prefill=None, q_decode="what"))
+    assert "prefill query dtype" in c.missing and any(m.startswith("decode query dtype") for m in c.missing)
+    assert {p.prefill for p in c.candidates} == {"fa2", "fa3"} and {p.decode for p in c.candidates} == {"fa2", "fa3"}
+    gpu = lookup_gpu("h200")
+    limits = ServingLimits(capture_sizes=(512,), max_num_seqs=512, capture_unit="tokens")
+    req = size_choice(QWEN35, limits, gpu, "0.6.18", c, "vllm", (1,))
+    fa2 = compute_requirement(QWEN35._replace(kv_dtype_bytes=1) if hasattr(QWEN35, "_replace") else QWEN35,
+                              limits, gpu, "0.6.18", Planners("fa2", "fa2"))
+    assert req.float_bytes >= fa2.float_bytes  # the larger need wins
+
+
+def test_vllm_query_dtypes_rule_for_the_cli():
+    assert vllm_query_dtypes((9, 0), "fp8") == ("fp8", "16bit")  # XQA decode keeps BF16
+    assert vllm_query_dtypes((9, 0), "fp8", trtllm_forced_off=True) == ("fp8", "fp8")
+    assert vllm_query_dtypes((10, 0), "fp8") == ("fp8", "fp8")
+    assert vllm_query_dtypes((12, 0), "fp8") == ("16bit", "16bit")  # FA2 only: no FP8 query
+    assert vllm_query_dtypes((8, 9), "fp8") == ("16bit", "16bit")
+    assert vllm_query_dtypes((9, 0), "16bit") == ("16bit", "16bit")
 
 
 def test_vllm_sm90_fp8_kv_need_is_the_seed_not_zero():

@@ -115,7 +115,7 @@ GROUPS: dict[str, tuple[str, bool, list[Case]]] = {
 # vLLM line -> the groups run there (tests/vllm/test_realcalls.py, benchmarks/bench_realcalls.py)
 LINES = {
     "0.23.0": ["l40s", "h200", "b200_trtllm", "b200_no_trtllm"],
-    "0.32.0": ["b200_no_trtllm_1024"],
+    "0.32.0": ["h200", "b200_no_trtllm_1024"],
     "0.33.0": ["l40s", "b200_no_trtllm_1024"],
 }
 

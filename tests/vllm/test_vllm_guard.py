@@ -309,8 +309,11 @@ def test_workspace_shared_buffer_too_small(pool, versions):
     need_rounded = -(-r["core"]["need"] // MIB) * MIB
     assert r["kept_shared"] is True  # one buffer, grown in place, never a copy per builder
     if need_rounded > 394 * MIB:  # the shared 394 MiB buffer cannot hold this builder's plans
-        assert r["allocated"] == need_rounded
-        assert r["other_holder_bytes"] == need_rounded  # every holder sees the grown buffer
+        # grown to the need, or to what this vLLM line itself allocates where that is more
+        # (0.26+: the max_num_batched_tokens x heads x head_dim x 16 floor, 1 GiB here)
+        want = max(need_rounded, vllm_would_allocate(versions["vllm"]))
+        assert r["allocated"] == want
+        assert r["other_holder_bytes"] == want  # every holder sees the grown buffer
     else:
         assert r["kept_shared"] is True and r["allocated"] == 394 * MIB
 
