@@ -139,9 +139,10 @@ class _KvIndicesOnHost:
 
 
 class _HostKvTranslator:
-    """SGLang >= 0.5.2x packs the KV read ids through its KVIndexTranslator, which launches
+    """SGLang >= 0.5.20 packs the KV read ids through its KVIndexTranslator, which launches
     Triton gathers on the GPU; this host one packs the same ids (plain full-attention pool:
-    no SWA, no DCP, ids not translated), the way _KvIndicesOnHost does for older lines."""
+    no SWA, no DCP, ids not translated), the way _KvIndicesOnHost does for older lines.
+    0.5.20-0.5.22 call it fill_packed_read_stream, 0.5.23 pack_read_stream."""
 
     reads_are_translated = False
 
@@ -150,6 +151,13 @@ class _HostKvTranslator:
 
     def pack_read_stream(self, plan, *, req_pool_indices, seq_lens, indptr, out, kv_start_idx=None, kind=None,
                          token_mapping=None, num_token_blocks=1, kv_lens_sum=None):
+        bs = int(seq_lens.numel())
+        _KvIndicesOnHost()[(bs,)](self.req_to_token, req_pool_indices[:bs], seq_lens, indptr, kv_start_idx, out)
+        return False
+
+    def fill_packed_read_stream(self, *, req_pool_indices, seq_lens, indptr, out, total_tokens=None,
+                                kv_start_idx=None, sliding_window=False):
+        """0.5.20-0.5.22's name and arguments for the same fill (non-unified pool)."""
         bs = int(seq_lens.numel())
         _KvIndicesOnHost()[(bs,)](self.req_to_token, req_pool_indices[:bs], seq_lens, indptr, kv_start_idx, out)
         return False
