@@ -6,8 +6,9 @@
 #   bash ci/matrix.sh                         # every line below
 #   bash ci/matrix.sh vllm-0.19.1 sglang-0.5.15
 #
-# Per line: the line's suite (tests/vllm or tests/sglang, real framework, real
-# plugin loader), then probes: the workspace guard with the Qwen3.5-397B-A17B and
+# Per line: the planner conformance suite (tests/conformance) compiled against the
+# line's installed FlashInfer headers; the line's suite (tests/vllm or tests/sglang,
+# real framework, real plugin loader); then probes: the workspace guard with the Qwen3.5-397B-A17B and
 # Qwen3-VL-32B shapes (CUDA-graph capture up to 512, vLLM's or SGLang's own
 # buffer, 142/132-SM GPUs as in the suites), and the MoE guard on a simulated
 # aarch64 SM100 host. An environment is deleted after its line when less than
@@ -46,6 +47,12 @@ for line in "${lines[@]}"; do
     continue
   fi
   "$py" ci/matrix_probe.py "$fw" > "$out/$line.probe.json" 2> "$out/$line.probe.log" || status=1
+  # the planner model against this line's installed FlashInfer headers, byte for byte
+  fi_ver="$("$py" -c 'from importlib import metadata; print(metadata.version("flashinfer-python"))' 2>/dev/null)"
+  FLASHINFER_GUARD_CONFORMANCE_RELEASES="$fi_ver" "$py" -m pytest -q -p no:cacheprovider tests/conformance \
+    --junitxml="$out/$line.conformance.xml" -o junit_suite_name="$line-conformance" \
+    > "$out/$line.conformance.log" 2>&1 || status=1
+  echo "--- $line: planner conformance on FlashInfer ${fi_ver:-?}: $(tail -n 1 "$out/$line.conformance.log")"
   if [ "$fw" = vllm ]; then
     FLASHINFER_GUARD_VLLM_LINE="$ver" FLASHINFER_GUARD_VLLM_FULL=1 HF_HUB_OFFLINE=1 \
       FLASHINFER_GUARD_SCENARIO_LOGS="$out/$line-scenarios" \

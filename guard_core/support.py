@@ -41,6 +41,9 @@ DISTRIBUTION = {"vllm": "vllm", "sglang": "sglang"}
 # Releases whose scheduler.cuh/utils.cuh the conformance suite compiles and checks
 # the planner model against (tests/conformance/oracle.py RELEASES).
 FLASHINFER_CHECKED = ("0.5.0", "0.6.12", "0.6.14", "0.6.16", "0.7.0.post1", "0.7.2.post1", "0.7.4")
+# The other FlashInfer pins of the checked lines (ci/locks/): ci/matrix.sh runs the same
+# conformance suite on each line against that line's installed headers.
+FLASHINFER_MATRIX_CHECKED = ("0.6.6", "0.6.8.post1", "0.6.18", "0.7.1", "0.7.2")
 
 # Sizing family of every release before the first row that names one.
 BASE_FAMILY = "<=0.6.13"
@@ -233,6 +236,8 @@ def describe(installed: dict | None = None) -> list[str]:
             fam = "?"
         tail = f" (installed {fi}: sizing family {fam}{'; ' + extra if extra else ''})"
     out.append(f"FlashInfer planner releases {', '.join(FLASHINFER_CHECKED)}{tail}")
+    out.append(f"FlashInfer planner releases in the matrix {', '.join(FLASHINFER_MATRIX_CHECKED)} "
+               "(ci/matrix.sh)")
     out.append(f"FlashInfer TRT-LLM fused MoE trusted on aarch64 from {MOE_FIXED_IN} "
                "(default of FLASHINFER_GUARD_MOE_FIXED_IN)")
     return out

@@ -50,6 +50,25 @@ HERE = Path(__file__).resolve().parent
 HARNESS_SRC = HERE / "harness.cu"
 
 RELEASES = ("0.5.0", "0.6.12", "0.6.14", "0.6.16", "0.7.0.post1", "0.7.2.post1", "0.7.4")
+# ci/matrix.sh points the suite at one line's installed FlashInfer instead
+# (FLASHINFER_GUARD_CONFORMANCE_RELEASES=0.6.6): the pins of the checked lines that
+# the default run does not compile (guard_core.support.FLASHINFER_MATRIX_CHECKED).
+RELEASES_ENV = "FLASHINFER_GUARD_CONFORMANCE_RELEASES"
+_RELEASE_RE = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}(\.post[0-9]{1,3})?\Z", re.ASCII)
+
+
+def selected_releases() -> tuple:
+    """The releases this run compiles: ``RELEASES``, or the comma-separated list in
+    $FLASHINFER_GUARD_CONFORMANCE_RELEASES (a bad entry is an error, never dropped)."""
+    raw = os.environ.get(RELEASES_ENV, "").strip()
+    if not raw:
+        return RELEASES
+    picked = tuple(v.strip() for v in raw.split(","))
+    bad = [v for v in picked if not _RELEASE_RE.match(v)]
+    if bad or len(picked) > 32:
+        raise OracleError(f"{RELEASES_ENV}={raw!r}: want comma-separated FlashInfer releases "
+                          "such as 0.6.6,0.7.1 (at most 32)")
+    return tuple(dict.fromkeys(picked))
 
 _INCLUDE_PREFIX = "flashinfer/data/include/"
 _CCCL_PREFIXES = (

@@ -1,6 +1,7 @@
 """Byte-for-byte conformance of guard_core's planner model with FlashInfer's real planner code.
 
-For each FlashInfer release in ``oracle.RELEASES`` the oracle (``oracle.py``) downloads the
+For each FlashInfer release in ``oracle.RELEASES`` (or, in ci/matrix.sh, the one line's installed
+FlashInfer named by $FLASHINFER_GUARD_CONFORMANCE_RELEASES) the oracle (``oracle.py``) downloads the
 ``flashinfer-python`` wheel, extracts its headers and compiles FlashInfer's own host planners
 (``PrefillPlan``, ``DecodePlan`` with the real ``BatchDecodeWithPagedKVCacheWorkEstimationDispatched``,
 ``PrefillSM90Plan`` from ``include/flashinfer/attention/scheduler.cuh``) into a host program with
@@ -25,10 +26,17 @@ import importlib
 
 import pytest
 
+from guard_core import support
+
 from . import grid, oracle
 
-RELEASES = oracle.RELEASES
-OLD_FORMULA = ("0.5.0", "0.6.12", "0.6.14", "0.6.16", "0.7.0.post1")  # before PR #5177
+RELEASES = oracle.selected_releases()
+
+
+def _old_formula(version: str) -> bool:
+    """Before PR #5177 (FlashInfer 0.7.1): split-KV scratch sized by packed rows."""
+    return not support.has(version, "rows_by_query")
+
 
 _replies: dict[str, list[dict]] = {}
 _grids: dict[str, list[dict]] = {}
@@ -80,12 +88,12 @@ def test_oracle_seeds(version, harness_binaries):
         rep = by_id[sid]
         assert rep["ok"], rep
         allocs = [(a["name"], a["bytes"]) for a in rep["allocations"] if a["buffer"] == "float"]
-        if version in OLD_FORMULA:
+        if _old_formula(version):
             want = list(grid.SEED_EXPECT_OLD[sid].items())
             assert allocs[: len(want)] == want, (sid, allocs)
         else:
             assert rep["float_bytes"] == grid.SEED_EXPECT_NEW_FLOAT_TOTAL[sid], (sid, rep)
-    if version in OLD_FORMULA:
+    if _old_formula(version):
         # vLLM Qwen3.5: tmp_v alone overflows vLLM's 394 MiB (413138944-byte) default buffer.
         assert grid.SEED_EXPECT_OLD["seed_vllm_qwen35"]["batch_prefill_tmp_v"] > 413138944
         # SGLang Qwen3-VL-32B: tmp_v fits the 384 MiB buffer with 524288 bytes left, tmp_s not.
@@ -96,8 +104,9 @@ def test_oracle_seeds(version, harness_binaries):
 
 
 @pytest.mark.parametrize("version", RELEASES)
-def test_planner_conformance(version, harness_binaries):
+def test_planner_conformance(version, harness_binaries, record_property):
     reqs, reps = _oracle_replies(version)
+    record_property("requests", len(reqs))  # ci/matrix_report.py prints it
     model = _load_model()
     run_planner = getattr(model, "run_planner", None)
     assert callable(run_planner), "guard_core.flashinfer_model.run_planner is missing"

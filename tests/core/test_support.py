@@ -80,6 +80,35 @@ def test_checked_releases_are_the_conformance_releases():
     assert support.FLASHINFER_CHECKED == tuple(oracle.RELEASES)
 
 
+def test_every_locked_flashinfer_is_checked():
+    """Each FlashInfer a checked line pins (ci/locks/) is compiled by the conformance suite:
+    in the default run (FLASHINFER_CHECKED) or on that line in ci/matrix.sh."""
+    import re
+    from pathlib import Path
+
+    locks = Path(__file__).resolve().parents[2] / "ci" / "locks"
+    pins = {m.group(1) for f in locks.glob("*.txt")
+            for m in re.finditer(r"^flashinfer-python==(\S+)", f.read_text(), re.M)}
+    assert len(pins) >= 10
+    checked = set(support.FLASHINFER_CHECKED) | set(support.FLASHINFER_MATRIX_CHECKED)
+    assert pins <= checked, sorted(pins - checked)
+    assert not set(support.FLASHINFER_MATRIX_CHECKED) & set(support.FLASHINFER_CHECKED)
+    assert set(support.FLASHINFER_MATRIX_CHECKED) <= pins  # no stale entry
+
+
+def test_conformance_release_override(monkeypatch):
+    from tests.conformance import oracle
+
+    monkeypatch.delenv(oracle.RELEASES_ENV, raising=False)
+    assert oracle.selected_releases() == oracle.RELEASES
+    monkeypatch.setenv(oracle.RELEASES_ENV, "0.6.6, 0.7.1,0.6.6")
+    assert oracle.selected_releases() == ("0.6.6", "0.7.1")
+    for bad in ("0.6", "0.6.6;rm", "0.٦.6", "0.6.6,", "1" * 40):
+        monkeypatch.setenv(oracle.RELEASES_ENV, bad)
+        with pytest.raises(oracle.OracleError):
+            oracle.selected_releases()
+
+
 def test_moe_default_comes_from_the_table():
     from guard_core import settings
 
