@@ -51,10 +51,9 @@ def conformance(folder: Path, line: str) -> str:
     for tc in root.iter("testcase"):
         if tc.find("failure") is not None or tc.find("error") is not None:
             failed += 1
-        if tc.get("name", "").startswith("test_planner_conformance"):
-            for prop in tc.iter("property"):
-                if prop.get("name") == "requests":
-                    requests = prop.get("value")
+    for prop in root.iter("property"):  # "requests <version>" (testsuite) or "requests" (testcase)
+        if prop.get("name", "").split(" ")[0] == "requests":
+            requests = prop.get("value")
     if failed or requests is None:
         return f"FAILED ({failed} tests)" if failed else "no conformance result"
     return f"{requests} requests equal"

@@ -104,9 +104,9 @@ def test_oracle_seeds(version, harness_binaries):
 
 
 @pytest.mark.parametrize("version", RELEASES)
-def test_planner_conformance(version, harness_binaries, record_property):
+def test_planner_conformance(version, harness_binaries, record_testsuite_property):
     reqs, reps = _oracle_replies(version)
-    record_property("requests", len(reqs))  # ci/matrix_report.py prints it
+    record_testsuite_property(f"requests {version}", len(reqs))  # ci/matrix_report.py prints it
     model = _load_model()
     run_planner = getattr(model, "run_planner", None)
     assert callable(run_planner), "guard_core.flashinfer_model.run_planner is missing"
