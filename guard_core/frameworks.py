@@ -356,16 +356,31 @@ def _vllm_workspace(out: Defaults, d: Deployment, label: str, tokens: int) -> De
     return out
 
 
+# vLLM 0.26's FlashInfer builder: a workspace floor of tokens * heads * dim * 16, and
+# one query dtype per phase (q_data_type_prefill / q_data_type_decode, get_q_data_type)
+VLLM_PER_PHASE_BUILDER = "0.26"
+
+
+def vllm_per_phase_builder(vllm_version: str | None) -> bool:
+    """Whether ``vllm_version`` has vLLM 0.26's builder (False when unknown or unparsable);
+    by release, so a 0.26 rc or dev build counts as 0.26, as for the checked lines."""
+    try:
+        return bool(vllm_version) and (parse_version(str(vllm_version))[1]
+                                       >= parse_version(VLLM_PER_PHASE_BUILDER)[1])
+    except Exception:
+        return False
+
+
 def vllm_default_workspace(vllm_version: str | None, max_num_batched_tokens: int, q_heads: int, head_dim: int) -> int:
     """vLLM's own float workspace: 394 MiB; from 0.26 at least tokens * heads * dim * 16."""
-    if vllm_version and parse_version(vllm_version) >= parse_version("0.26"):
+    if vllm_per_phase_builder(vllm_version):
         return max(VLLM_DEFAULT, max_num_batched_tokens * q_heads * head_dim * 16)
     return VLLM_DEFAULT
 
 
 def vllm_workspace_source(vllm_version: str | None, max_num_batched_tokens: int, q_heads: int, head_dim: int) -> str:
     label = f"vLLM {short_line(vllm_version)}" if vllm_version else "vLLM"
-    if vllm_version and parse_version(vllm_version) >= parse_version("0.26"):
+    if vllm_per_phase_builder(vllm_version):
         est = max_num_batched_tokens * q_heads * head_dim * 16
         if est > VLLM_DEFAULT:
             return (f"{label}: max batched tokens x q heads x head dim x 16 = {max_num_batched_tokens} x {q_heads} "

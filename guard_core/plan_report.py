@@ -19,7 +19,8 @@ from . import flashinfer_model as fm
 from .decisions import decide_moe
 from .dispatch import PlannerFacts, choose_planners, dtype_bytes, dtype_kind, vllm_query_dtypes
 from .frameworks import (NATIVE_VAR, Deployment, derive, framework_label, gpu_memory, is_aarch64_gpu,
-                         sglang_tensor_core_decode, short_line, workspace_source, default_workspace)
+                         sglang_tensor_core_decode, short_line, workspace_source, default_workspace,
+                         vllm_per_phase_builder)
 from .gpus import find_spec
 from .hf_cache import find_config, looks_like_model_id
 from .launch import LaunchError, attention_backend_note, parse_launch
@@ -229,7 +230,7 @@ def build(a, resolve_gpu, environ=None) -> dict:
         trt, trt_src = False, ""
         tcd, tcd_why = sglang_tensor_core_decode(kv_kind, q, kv)
     q_prefill = q_decode = "derive"
-    if fw == "vllm" and _line_at_least(line, (0, 26)):
+    if fw == "vllm" and vllm_per_phase_builder(line):
         # vLLM 0.26+ sets the query dtype per phase itself (get_q_data_type)
         q_prefill, q_decode = vllm_query_dtypes(gpu.cc, kv_kind, getattr(a, "trtllm_attention", None) == "off")
     choice = choose_planners(PlannerFacts(framework=fw, cc=gpu.cc, kv_dtype=kv_dtype, trtllm_attention=trt,
@@ -458,12 +459,3 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
 def _moe_line(r, w):
     mo = r["moe"]
     w(f"moe guard  {mo['host_arch']} host ({mo['host_arch_source']}): {mo['verdict']}\n")
-
-
-def _line_at_least(line, version: tuple) -> bool:
-    from .versions import InvalidVersion, parse_version
-
-    try:
-        return parse_version(str(line))[1] >= version
-    except (InvalidVersion, TypeError, IndexError):
-        return False

@@ -208,30 +208,41 @@ def _patch_bf16_gate(module) -> None:
     if not decision().block or not callable(vars(module).get("_supports_current_device")):
         return
 
+    make = _blocking_gate(
+        "moe guard (BF16)", "moe-block-bf16",
+        "FlashInfer TRT-LLM BF16 MoE reported unsupported; vLLM selects its next BF16 MoE backend",
+        also=_warn_bf16_route)
+    _patches.wrap(module, "_supports_current_device", make)
+
+
+def _warn_bf16_route() -> None:
+    if guarded(get_log(), "moe", "moe guard (BF16)", _bf16_route_asked, default=False):
+        # the user's own route to TRT-LLM is not followed: a warning, as for an explicit --moe-backend
+        get_log().warning_once(
+            "moe-env-route",
+            decision().line("VLLM_FLASHINFER_MOE_BACKEND=latency (TRT-LLM) with VLLM_USE_FLASHINFER_MOE_FP16=1 "
+                            "not followed; vLLM selects its next BF16 MoE backend"),
+        )
+
+
+def _blocking_gate(what: str, key: str, message: str, also=None):
+    """A wrapper factory for a ``_supports_current_device`` gate that does not ask TARGET:
+    where the guard blocks, the gate answers False (one info line, when the original would
+    have said True, then ``also()``); elsewhere the original answers."""
+
     def make(orig):
         def _supports_current_device(*args, **kwargs) -> bool:
             if decision().block:
-                if guarded(get_log(), "moe", "moe guard (BF16)", orig, *args, default=False, **kwargs):
-                    get_log().info_once(
-                        "moe-block-bf16",
-                        decision().line("FlashInfer TRT-LLM BF16 MoE reported unsupported; "
-                                        "vLLM selects its next BF16 MoE backend"),
-                    )
-                    if guarded(get_log(), "moe", "moe guard (BF16)", _bf16_route_asked, default=False):
-                        # the user's own route to TRT-LLM is not followed: a warning, as for
-                        # an explicit --moe-backend
-                        get_log().warning_once(
-                            "moe-env-route",
-                            decision().line("VLLM_FLASHINFER_MOE_BACKEND=latency (TRT-LLM) with "
-                                            "VLLM_USE_FLASHINFER_MOE_FP16=1 not followed; vLLM "
-                                            "selects its next BF16 MoE backend"),
-                        )
+                if guarded(get_log(), "moe", what, orig, *args, default=False, **kwargs):
+                    get_log().info_once(key, decision().line(message))
+                    if also is not None:
+                        also()
                 return False
             return orig(*args, **kwargs)
 
         return _supports_current_device
 
-    _patches.wrap(module, "_supports_current_device", make)
+    return make
 
 
 def _bf16_route_asked() -> bool:
@@ -259,19 +270,9 @@ def _patch_mxfp4(module) -> None:
         _not_applicable(f"{MXFP4} experts' _supports_current_device")
         return
 
-    def make(orig):
-        def _supports_current_device(*args, **kwargs) -> bool:
-            if decision().block:
-                if guarded(get_log(), "moe", "moe guard (MXFP4)", orig, *args, default=False, **kwargs):
-                    get_log().info_once(
-                        "moe-block-mxfp4",
-                        decision().line("FlashInfer TRT-LLM MXFP4 MoE experts reported unsupported; "
-                                        "vLLM selects its next MXFP4 backend"),
-                    )
-                return False
-            return orig(*args, **kwargs)
-
-        return _supports_current_device
+    make = _blocking_gate(
+        "moe guard (MXFP4)", "moe-block-mxfp4",
+        "FlashInfer TRT-LLM MXFP4 MoE experts reported unsupported; vLLM selects its next MXFP4 backend")
 
     for cls in classes:
         _patches.wrap(cls, "_supports_current_device", make)
