@@ -73,6 +73,19 @@ class ServingLimits:
     # (vLLM's num_speculative_tokens); SGLang's speculative_num_draft_tokens
     # already counts the bonus token and is passed here as is.
     verify_q_len: int | None = None
+    # Fixed-split modes (SGLang --enable-deterministic-inference): eager prefill and
+    # eager decode plan with FlashInfer's fixed_split_size (in KV pages) instead of the
+    # SM-capped binary search, so the split-KV scratch grows with the KV length up to
+    # max_model_len; CUDA graphs plan with disable_split_kv (no float scratch).
+    # None: the SM-capped planner as usual.
+    fixed_split_prefill: int | None = None
+    fixed_split_decode: int | None = None
+    disable_graph_kv_split: bool = False
+    # Tokens the KV pool holds (SGLang's max_total_num_tokens): bounds the total KV of
+    # one fixed-split decode batch (deterministic mode disables the radix cache with
+    # FlashInfer, so requests share no KV). None: one full-context request plus
+    # one-token requests.
+    kv_pool_tokens: int | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "capture_sizes", tuple(sorted({int(b) for b in self.capture_sizes})))
@@ -88,6 +101,14 @@ class ServingLimits:
             raise ValueError(f"capture_unit must be 'requests' or 'tokens', got {self.capture_unit!r}")
         if self.verify_q_len is not None and int(self.verify_q_len) < 1:
             raise ValueError("verify_q_len must be >= 1")
+        for name in ("fixed_split_prefill", "fixed_split_decode", "kv_pool_tokens"):
+            v = getattr(self, name)
+            if v is not None and int(v) <= 0:
+                raise ValueError(f"{name} must be positive or None, got {v!r}")
+
+    @property
+    def fixed_split(self) -> bool:
+        return bool(self.fixed_split_prefill or self.fixed_split_decode)
 
     @property
     def verify_tokens(self) -> int:
@@ -220,7 +241,8 @@ class _Ctx:
         self.l, self.gpu, self.v, self.p, self.caller = layout, gpu, version, planners, caller
         self.rejected: list[str] = []
 
-    def fa2(self, groups, total_rows, graph, uniform=0, fixed=False, window=False):
+    def fa2(self, groups, total_rows, graph, uniform=0, fixed=False, window=False, split_size=-1,
+            no_split=False):
         l = self.l
         return fm.prefill_plan(
             self.v, groups, total_num_rows=total_rows, num_qo_heads=l.num_qo_heads,
@@ -231,7 +253,7 @@ class _Ctx:
             # clip it by the window. Seen through vLLM's real calls (tests/vllm
             # swa_shared): only the prefill kinds pass window=True.
             window_left=l.window_left if window else -1, uniform_q_len=uniform, fixed_uniform_q_len=fixed,
-            kv_dtype_bytes=l.kv_dtype_bytes, cc_major=self.gpu.cc[0],
+            fixed_split_size=split_size, disable_split_kv=no_split, kv_dtype_bytes=l.kv_dtype_bytes, cc_major=self.gpu.cc[0],
             max_smem_per_block_optin=_optin_smem(self.gpu))
 
     def cuda_decode(self, kv_pages, graph):
@@ -293,7 +315,8 @@ def _graph_scenarios(ctx, layout, limits, gpu, flashinfer_version, planners, cal
         if b < 1:
             continue
         if planners.decode == "fa2":
-            plan = ctx.fa2([(1, 1, b)], b, True, 1 if uniform else 0, uniform)
+            # deterministic mode: SGLang captures decode with disable_split_kv=True
+            plan = ctx.fa2([(1, 1, b)], b, True, 1 if uniform else 0, uniform, no_split=limits.disable_graph_kv_split)
         elif planners.decode == "fa3":
             plan = ctx.fa3([(1, b)], b, True)
         else:
@@ -321,6 +344,9 @@ def _eager_decode_scenarios(ctx, layout, limits, gpu, flashinfer_version, planne
     """A decode batch outside CUDA graphs, split up to the planner's cap."""
     if not limits.eager:
         return
+    if limits.fixed_split_decode and planners.decode == "fa2":
+        _fixed_split_decode(ctx, layout, limits, scenarios)
+        return
     min_chunk_pages, max_pages = _page_bounds(layout, limits)
     fa2_max_bs = max(0, 2 * gpu.num_sms) // layout.num_kv_heads
     if planners.decode == "fa2":
@@ -346,6 +372,9 @@ def _eager_prefill_scenarios(ctx, layout, limits, gpu, flashinfer_version, plann
     against a long KV cache is the float worst case; a full batch of short
     prompts the int worst case)."""
     if not limits.eager:
+        return
+    if limits.fixed_split_prefill and planners.prefill == "fa2":
+        _fixed_split_prefill(ctx, layout, limits, scenarios)
         return
     g = layout.gqa_group
     min_chunk_pages, max_pages = _page_bounds(layout, limits)
@@ -395,6 +424,80 @@ def _eager_prefill_scenarios(ctx, layout, limits, gpu, flashinfer_version, plann
         n = max(1, min(limits.max_num_seqs, t))
         groups = [(1, n - 1), (t - (n - 1), 1)] if n > 1 else [(t, 1)]
         scenarios.append(Scenario("eager_prefill", n, t // n, ctx.fa3(groups, t, False), "fa3"))
+
+
+def _fixed_split_context(limits) -> int:
+    """The longest KV a request reaches in tokens: max_model_len (the server's context
+    length), never more than the KV pool."""
+    if not limits.max_model_len:
+        raise fm.PlannerError("a fixed split size needs the longest context (max_model_len) to be sized")
+    ctx = int(limits.max_model_len)
+    if limits.kv_pool_tokens:
+        ctx = min(ctx, int(limits.kv_pool_tokens))
+    return ctx
+
+
+def _fixed_split_prefill(ctx, layout, limits, scenarios):
+    """Fixed-split prefill (SGLang deterministic inference, every line 0.5.5-0.5.23:
+    ``fixed_split_size=self.prefill_split_tile_size`` on the paged wrapper, the ragged
+    one off: 0.5.5 flashinfer_backend.py:469,488; 0.5.23 :1059,1085). No SM cap: the
+    scratch is one tile row set per (query tile, KV chunk), so the worst case is the
+    longest prompt's last full chunk: ``min(chunk, context)`` query tokens against the
+    whole context. Every query tile and KV chunk count below it needs no more (the
+    need is monotone in both)."""
+    kv_tokens = _fixed_split_context(limits)
+    q = min(int(limits.max_num_batched_tokens), kv_tokens)
+    pages = -(-kv_tokens // layout.page_size)
+    plan = ctx.fa2([(q, pages, 1)], q, False, window=True, split_size=int(limits.fixed_split_prefill))
+    scenarios.append(Scenario("fixed_split_prefill", 1, q, plan, "fa2"))
+
+
+def _decode_kv_groups(limits, page_size: int, split_pages: int):
+    """KV lengths (pages, count) of the decode batch with the most fixed-size KV chunks:
+    max_num_seqs requests, each at most the context, all of them together at most the
+    KV pool (or, the pool unknown, one full-context request and one-token requests).
+    A request of ``(c - 1) * split + 1`` pages has ``c`` chunks; each extra chunk costs
+    ``split`` pages of the pool."""
+    ctx_tokens = _fixed_split_context(limits)
+    ctx_pages = -(-ctx_tokens // page_size)
+    n = int(limits.max_num_seqs)
+    c_max = -(-ctx_pages // split_pages)
+    full_pages = (c_max - 1) * split_pages + 1  # the fewest pages with c_max chunks (<= the context)
+    if limits.kv_pool_tokens:
+        pool_pages = int(limits.kv_pool_tokens) // page_size
+        n = max(1, min(n, pool_pages))
+        extra = max(0, (pool_pages - n) // split_pages) if c_max > 1 else 0
+    else:
+        extra = c_max - 1
+    extra = min(extra, n * (c_max - 1))
+    groups: dict[int, int] = {}
+    if c_max > 1 and extra:
+        full = extra // (c_max - 1)
+        rem = extra - full * (c_max - 1)
+        if full:
+            groups[full_pages] = groups.get(full_pages, 0) + full
+        used = full
+        if rem:
+            groups[rem * split_pages + 1] = groups.get(rem * split_pages + 1, 0) + 1
+            used += 1
+    else:
+        groups[min(full_pages, split_pages)] = 1
+        used = 1
+    if n > used:
+        groups[1] = groups.get(1, 0) + (n - used)
+    return list(groups.items())
+
+
+def _fixed_split_decode(ctx, layout, limits, scenarios):
+    """Fixed-split eager decode (tensor cores, ``fixed_split_size=self.decode_split_tile_size``:
+    0.5.5 flashinfer_backend.py:421; 0.5.23 :1017): one query token per request, every
+    request's KV cut into ``split``-page chunks."""
+    split = int(limits.fixed_split_decode)
+    kv = _decode_kv_groups(limits, layout.page_size, split)
+    groups = [(1, p, c) for p, c in kv]
+    n = sum(c for _, c in kv)
+    plan = ctx.fa2(groups, n, False, split_size=split)
+    scenarios.append(Scenario("fixed_split_decode", n, 1, plan, "fa2"))
 
 
 def _page_bounds(layout, limits):
@@ -489,3 +592,94 @@ def largest_fitting_capture(layout, limits, gpu, version, planners, caller, budg
 
 def round_up_mib(n: int) -> int:
     return -(-n // MIB) * MIB
+
+
+# ------------------------------------------------------------ fixed-split limits
+
+def _fits(layout, limits, gpu, version, planners, caller, budget_bytes, only: str | None = None) -> bool:
+    """Whether the need (or, with ``only``, that scenario's need) fits ``budget_bytes``."""
+    try:
+        req = compute_requirement(layout, limits, gpu, version, planners, caller)
+    except (fm.PlannerError, ValueError):
+        return False
+    if only is None:
+        return req.float_bytes <= budget_bytes
+    return max((s.float_bytes for s in req.scenarios if s.name == only), default=0) <= budget_bytes
+
+
+def _largest(lo: int, hi: int, ok) -> int:
+    """Largest v in [lo, hi] with ok(v) (ok monotone: true up to some point), or lo - 1."""
+    if hi < lo:
+        return lo - 1
+    if ok(hi):
+        return hi
+    if not ok(lo):
+        return lo - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def longest_fitting_context(layout, limits, gpu, version, planners, caller, budget_bytes) -> int:
+    """Longest prompt/context (tokens) whose fixed-split plans fit ``budget_bytes``, up to
+    ``limits.max_model_len``; 0 when not even a one-token context fits. The need is
+    monotone in the context (more KV chunks, never fewer)."""
+    top = int(limits.max_model_len or 0)
+    return max(0, _largest(1, top, lambda L: _fits(layout, replace(limits, max_model_len=L), gpu, version,
+                                                   planners, caller, budget_bytes)))
+
+
+def fixed_split_fixes(layout, limits, gpu, version, planners, caller, budget_bytes) -> dict:
+    """Settings that make the full context fit ``budget_bytes`` in a fixed-split mode,
+    each computed with the others unchanged and judged on its own phase's plan (None
+    where no value of it is enough):
+
+    - ``chunked_prefill_size``: the largest prefill chunk whose prefill plan fits;
+    - ``prefill_split_tile_size``: the smallest prefill split (pages) whose prefill plan fits;
+    - ``decode_split_tile_size``: the smallest decode split (pages) whose decode plan fits.
+    """
+    out: dict = {}
+    ctx_pages = -(-int(limits.max_model_len or 1) // layout.page_size)
+
+    def fits(**kw):
+        only = "fixed_split_decode" if "fixed_split_decode" in kw else "fixed_split_prefill"
+        return _fits(layout, replace(limits, **kw), gpu, version, planners, caller, budget_bytes, only)
+
+    if limits.fixed_split_prefill:
+        top = int(limits.max_num_batched_tokens)
+        c = _largest(1, top, lambda v: fits(max_num_batched_tokens=v))
+        out["chunked_prefill_size"] = c if c >= 1 else None
+
+        def smallest_split(name, current):
+            # fits() is monotone increasing in the split size; search [current, ctx_pages]
+            hi = max(int(current), ctx_pages)
+            if not fits(**{name: hi}):
+                return None
+            lo = int(current)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if fits(**{name: mid}):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            return lo
+
+        out["prefill_split_tile_size"] = smallest_split("fixed_split_prefill", limits.fixed_split_prefill)
+    if limits.fixed_split_decode:
+        hi = max(int(limits.fixed_split_decode), ctx_pages)
+        if fits(fixed_split_decode=hi):
+            lo = int(limits.fixed_split_decode)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if fits(fixed_split_decode=mid):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            out["decode_split_tile_size"] = lo
+        else:
+            out["decode_split_tile_size"] = None
+    return out

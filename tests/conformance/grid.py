@@ -28,6 +28,9 @@ Sections (sizes per release; ``make_grid`` returns about 1,500 requests):
   decode_planner  the CUDA-core decode planner, graph and eager, blocks_per_sm 1..8
   sm90            the FA3 planner, graph and eager, causal or not
   errors          requests FlashInfer rejects (heads not divisible, unsupported GQA group ...)
+  deterministic   SGLang --enable-deterministic-inference: fixed_split_size prefill (4096) and
+                  decode (2048), disable_split_kv graphs; the two public reports (GB10 24/4/256
+                  chunk 8192; H200 Qwen3-Next-80B 16/2/256) and long prompts up to 128k
 """
 
 from __future__ import annotations
@@ -220,6 +223,7 @@ def make_grid(version: str = "", seed: int = 20261129, scale: float = 1.0) -> li
     rng = random.Random(seed)
     n = lambda k: max(1, int(round(k * scale)))  # noqa: E731
     out: list[dict] = list(seed_requests())
+    out += deterministic_requests()
 
     def gpu():
         return rng.choice(GPUS)
@@ -397,6 +401,54 @@ def make_grid(version: str = "", seed: int = 20261129, scale: float = 1.0) -> li
     assert len(ids) == len(set(ids)), "grid ids must be unique"
     return out
 
+
+def deterministic_requests() -> list[dict]:
+    """SGLang deterministic inference (flashinfer_backend.py, every line 0.5.5-0.5.23): eager
+    prefill with ``fixed_split_size = SGLANG_FLASHINFER_PREFILL_SPLIT_TILE_SIZE`` (4096), eager
+    tensor-core decode with ``SGLANG_FLASHINFER_DECODE_SPLIT_TILE_SIZE`` (2048), CUDA graphs
+    with ``disable_split_kv=True``; page size 1 (SGLang's FlashInfer default)."""
+    out = []
+    gb10, h100 = GPU_BY_NAME["GB10"], GPU_BY_NAME["H100"]
+    gb10_heads = dict(num_qo_heads=24, num_kv_heads=4, head_dim_qk=256, head_dim_vo=256, page_size=1)
+    # GB10 report (SGLang PR #30244's thread): an 8192-token chunk against its own 8192-token KV.
+    out.append(prefill_request("det_gb10_report", [8192], [8192], enable_cuda_graph=False, gpu=gb10,
+                               fixed_split_size=4096, **gb10_heads))
+    # The same deployment on FlashInfer 0.7.1+: 10 KV chunks fit 2 GiB, 11 do not.
+    for kv in (40960, 40961, 131072):
+        out.append(prefill_request(f"det_gb10_q8192_kv{kv}", [8192], [kv], enable_cuda_graph=False,
+                                   gpu=gb10, fixed_split_size=4096, **gb10_heads))
+    # H200 report: Qwen3-Next-80B-A3B (16 q / 2 kv heads, head_dim 256 full-attention layers), TP 1,
+    # an 8192-token chunk (H200's default chunked prefill size) against 8192 tokens of KV.
+    out.append(prefill_request("det_h200_qwen3next_report", [8192], [8192], num_qo_heads=16,
+                               num_kv_heads=2, head_dim_qk=256, head_dim_vo=256, page_size=1,
+                               enable_cuda_graph=False, gpu=h100, fixed_split_size=4096))
+    # decode: 256 requests, one of them at 32k / 128k, split 2048; and the capture (no split)
+    for kv in (32768, 131072):
+        out.append(prefill_request(f"det_gb10_decode_kv{kv}", [1] * 256, [kv] + [1] * 255,
+                                   enable_cuda_graph=False, gpu=gb10, fixed_split_size=2048, **gb10_heads))
+    for bs in (1, 64, 256, 512):
+        out.append(prefill_request(f"det_gb10_graph_decode_b{bs}", [1] * bs, [1] * bs,
+                                   enable_cuda_graph=True, gpu=gb10, disable_split_kv=True, **gb10_heads))
+    # a seeded spread: one prompt chunk (up to 16k) against a long KV (up to 128k), split sizes
+    # 1024..8192 pages, page sizes 1 / 16, every GQA group and head dim of the grid
+    rng = random.Random(20261201)
+    for i in range(48):
+        q, kv = _heads(rng, max_q=64)
+        d = rng.choice((64, 128, 256))
+        ps = rng.choice((1, 1, 16))
+        ctx = rng.choice((8192, 32768, 131072, rng.randint(4097, 131072)))
+        chunk = min(ctx, rng.choice((2048, 4096, 8192, 16384)))
+        out.append(prefill_request(
+            f"det_spread_{i}", [chunk], [ctx], num_qo_heads=q, num_kv_heads=kv, head_dim_qk=d,
+            head_dim_vo=d, page_size=ps, enable_cuda_graph=False, gpu=rng.choice(GPUS),
+            fixed_split_size=rng.choice((1024, 2048, 4096, 8192)) // ps))
+    return out
+
+
+# Published numbers of the deterministic-inference reports, checked against the oracle.
+DET_GB10_TMP_V = 2415919104  # "batch_prefill_tmp_v with size 2415919104 ... only 2147483648 bytes available"
+DET_H200_TMP_S = 8388608  # "batch_prefill_tmp_s with size 8388608 ... 0 bytes available"
+DET_FORCED = 2 * 1024 ** 3  # SGLang's envs.SGLANG_FLASHINFER_WORKSPACE_SIZE.set(2048 * 1024 * 1024)
 
 # Seed expectations (bytes), checked against the oracle itself by the test.
 SEED_EXPECT_OLD = {  # FlashInfer <= 0.7.0.post1 (before PR #5177)

@@ -104,6 +104,36 @@ def test_oracle_seeds(version, harness_binaries):
 
 
 @pytest.mark.parametrize("version", RELEASES)
+def test_oracle_deterministic_reports(version, harness_binaries):
+    """SGLang deterministic inference's two public reports, straight from FlashInfer's own
+    planner (the numbers are the reports', not the model's): before PR #5177 the GB10 prompt
+    of 8192 tokens asks 2,415,919,104 bytes of tmp_v and the H200 Qwen3-Next one fills the
+    2 GiB exactly with tmp_v, leaving 0 bytes for the 8,388,608-byte tmp_s; from 0.7.1 the
+    GB10 deployment fits 2 GiB up to 10 KV chunks of 4096 (40,960 tokens) and not at 11."""
+    reqs, reps = _oracle_replies(version)
+    by_id = {r["id"]: r for r in reps}
+
+    def floats(rid):
+        rep = by_id[rid]
+        assert rep["ok"], rep
+        return {a["name"]: a for a in rep["allocations"] if a["buffer"] == "float"}
+
+    gb10, h200 = floats("det_gb10_report"), floats("det_h200_qwen3next_report")
+    if _old_formula(version):
+        assert gb10["batch_prefill_tmp_v"]["bytes"] == grid.DET_GB10_TMP_V
+        v, s = h200["batch_prefill_tmp_v"], h200["batch_prefill_tmp_s"]
+        assert v["offset"] + v["bytes"] == grid.DET_FORCED  # 0 bytes left for tmp_s
+        assert s["bytes"] == grid.DET_H200_TMP_S
+    else:
+        assert by_id["det_gb10_q8192_kv40960"]["float_bytes"] <= grid.DET_FORCED
+        assert by_id["det_gb10_q8192_kv40961"]["float_bytes"] > grid.DET_FORCED
+        assert gb10["batch_prefill_tmp_v"]["bytes"] < grid.DET_FORCED
+    # CUDA-graph decode with disable_split_kv plans no float scratch at any batch
+    for bs in (1, 64, 256, 512):
+        assert by_id[f"det_gb10_graph_decode_b{bs}"]["float_bytes"] == 0
+
+
+@pytest.mark.parametrize("version", RELEASES)
 def test_planner_conformance(version, harness_binaries, record_testsuite_property):
     reqs, reps = _oracle_replies(version)
     record_testsuite_property(f"requests {version}", len(reqs))  # ci/matrix_report.py prints it
