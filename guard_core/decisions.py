@@ -211,3 +211,34 @@ def decide_moe(settings: Settings, *, machine: str | None = None, flashinfer_ver
         return MoeDecision(False, f"{machine} with FlashInfer {flashinfer_version} >= {fixed} "
                                   f"({MOE_FIXED_IN}), TRT-LLM fused MoE left as is", inputs)
     return MoeDecision(True, f"{machine} with FlashInfer {flashinfer_version} < {fixed}", inputs)
+
+
+def decide_fixed_split_workspace(requirement: Requirement | None, assessment, *, framework: str, server_bytes: int,
+                                 settings: Settings, user_bytes: int | None = None, user_var: str | None = None,
+                                 flashinfer_version: str | None = None) -> WorkspaceDecision:
+    """The workspace in a fixed-split mode (SGLang deterministic inference), from
+    ``guard_core.fixed_split.assess``: the need when affordable, else the largest
+    affordable buffer and one warning with the longest prompt that fits and the
+    settings that fit the full context. Never below the server's own size (``exact``
+    acts as ``auto`` here); ``off`` and an explicit size behave as everywhere."""
+    if settings.workspace in ("off", "size") or requirement is None or assessment is None:
+        return decide_workspace(requirement, framework=framework, server_bytes=server_bytes, user_bytes=user_bytes,
+                                user_var=user_var, settings=settings, flashinfer_version=flashinfer_version)
+    fi = flashinfer_version or requirement.flashinfer_version
+    a = assessment
+    numbers = {"need_bytes": a.need_bytes, "server_bytes": server_bytes, "max_bytes": a.max_bytes,
+               "allocate_bytes": max(a.allocate_bytes, server_bytes), "longest_prompt": a.longest_prompt,
+               "context": a.context, **{f"fix_{k}": v for k, v in a.fixes.items()}}
+    inputs = {"framework": framework, "flashinfer": fi, "setting": settings.workspace, "mode": "fixed_split",
+              "workspace_max": settings.describe_workspace_max()}
+    tail = f" ({WORKSPACE}=exact acts as auto: never below the server's size in this mode)" \
+        if settings.workspace == "exact" else ""
+    alloc = max(a.allocate_bytes, server_bytes)
+    if not a.affordable:
+        return _with_notes(WorkspaceDecision("workspace", "limit", "fixed-split need not affordable", "warning",
+                                             inputs, numbers, a.text + tail, allocate_bytes=alloc), requirement)
+    if alloc > server_bytes:
+        return _with_notes(WorkspaceDecision("workspace", "raise", "fixed-split need affordable", "info", inputs,
+                                             numbers, a.text + tail, allocate_bytes=alloc), requirement)
+    return _with_notes(WorkspaceDecision("workspace", "ok", "fixed-split need fits", "info", inputs, numbers,
+                                         a.text + tail, allocate_bytes=server_bytes), requirement)

@@ -19,6 +19,15 @@ Promises (hostile values included):
   288 GiB (just above the largest GPU memory in the table,
   ``frameworks.GPU_MEMORY``: B300/GB300, 268.6 GiB); anything else is refused,
   never truncated to a smaller size.
+* ``FLASHINFER_GUARD_WORKSPACE_MAX``: the most a fixed-split mode (SGLang's
+  deterministic inference) may make the workspace, where the need grows with the
+  prompt: a size as above, or a share of the GPU's memory from 0.01% to 50%
+  (``5%``, ``2.5%``; at most two decimals, integer arithmetic). Default 5%: SGLang
+  keeps ``1 - mem_fraction_static`` of the GPU outside its KV pool for activations,
+  CUDA graphs and this buffer (10-15% on the large GPUs this mode runs on), and
+  already takes 2 GiB of it here; 5% (7.0 GiB on an H200, 6.0 GiB on a GB10) leaves
+  at least half of that headroom. Where the GPU's memory is unknown: 4 GiB (5% of
+  80 GiB).
 * Versions (``FLASHINFER_GUARD_MOE_FIXED_IN``, and the CLI's version options):
   ASCII, at most 64 characters and at most 18 digits per number, checked before
   any regular expression or ``int()`` runs, then PEP 440.
@@ -35,7 +44,8 @@ MOE = "FLASHINFER_GUARD_MOE"
 MOE_FIXED_IN = "FLASHINFER_GUARD_MOE_FIXED_IN"
 WORKSPACE = "FLASHINFER_GUARD_WORKSPACE"
 LOG = "FLASHINFER_GUARD_LOG"
-ALL_VARIABLES = (MASTER, MOE, MOE_FIXED_IN, WORKSPACE, LOG)
+WORKSPACE_MAX = "FLASHINFER_GUARD_WORKSPACE_MAX"
+ALL_VARIABLES = (MASTER, MOE, MOE_FIXED_IN, WORKSPACE, LOG, WORKSPACE_MAX)
 
 DEFAULT_MOE_FIXED_IN = "0.6.16"
 MIB = 1 << 20
@@ -43,6 +53,11 @@ GIB = 1 << 30
 MIN_SIZE_BYTES = MIB
 MAX_SIZE_BYTES = 288 * GIB  # just above the largest GPU memory we plan for (B300/GB300: 268.6 GiB)
 SIZE_ACCEPTED = "a size from 1 MiB to 288 GiB such as 768MiB, 1GiB, 1.5GB or a byte count"
+DEFAULT_WORKSPACE_MAX = ("percent", 500)  # basis points of the GPU's memory: 5%
+WORKSPACE_MAX_UNKNOWN_GPU = 4 * GIB  # 5% of an 80 GiB GPU, where the memory is unknown
+WORKSPACE_MAX_ACCEPTED = ("a share of the GPU's memory from 0.01% to 50% such as 5% or 2.5%, or "
+                          "a size from 1 MiB to 288 GiB such as 8GiB")
+_PERCENT_RE = re.compile(r"([0-9]{1,2})(?:\.([0-9]{1,2}))? *%")
 VERSION_ACCEPTED = "a version such as 0.6.16 or 0.7.2.post1 (at most 64 characters)"
 MAX_VERSION_CHARS = 64
 _MAX_NUMBER_CHARS = 24
@@ -63,11 +78,12 @@ _SHOW_CHARS = 40
 class Settings:
     """The parsed switches. A plain class: this module is on every server's start-up path."""
 
-    __slots__ = ("enabled", "moe", "moe_fixed_in", "workspace", "workspace_bytes", "log_level", "warnings")
-    _KEY = ("enabled", "moe", "moe_fixed_in", "workspace", "workspace_bytes", "log_level")
+    __slots__ = ("enabled", "moe", "moe_fixed_in", "workspace", "workspace_bytes", "log_level", "warnings",
+                 "workspace_max")
+    _KEY = ("enabled", "moe", "moe_fixed_in", "workspace", "workspace_bytes", "log_level", "workspace_max")
 
     def __init__(self, enabled=True, moe="auto", moe_fixed_in=DEFAULT_MOE_FIXED_IN, workspace="auto",
-                 workspace_bytes=None, log_level="info", warnings=()):
+                 workspace_bytes=None, log_level="info", warnings=(), workspace_max=DEFAULT_WORKSPACE_MAX):
         self.enabled = enabled  # master switch
         self.moe = moe  # auto | on | off
         self.moe_fixed_in = moe_fixed_in
@@ -75,6 +91,25 @@ class Settings:
         self.workspace_bytes = workspace_bytes
         self.log_level = log_level  # info | debug | warning
         self.warnings = tuple(warnings)  # one line per bad value
+        # ("percent", basis points of the GPU's memory) | ("bytes", n): the most a
+        # fixed-split mode may make the workspace (workspace_max_bytes)
+        self.workspace_max = workspace_max
+
+    def workspace_max_bytes(self, gpu_memory_bytes: int | None) -> int:
+        """The affordable workspace in a fixed-split mode, for a GPU of this much memory."""
+        kind, value = self.workspace_max
+        if kind == "bytes":
+            return int(value)
+        if not gpu_memory_bytes or gpu_memory_bytes <= 0:
+            return WORKSPACE_MAX_UNKNOWN_GPU
+        return int(gpu_memory_bytes) * int(value) // 10000
+
+    def describe_workspace_max(self) -> str:
+        kind, value = self.workspace_max
+        if kind == "bytes":
+            return format_bytes(value)
+        whole, frac = divmod(int(value), 100)
+        return f"{whole}%" if not frac else f"{whole}.{frac:02d}".rstrip("0") + "%"
 
     def _key(self):
         return tuple(getattr(self, k) for k in self._KEY)
@@ -95,6 +130,7 @@ class Settings:
             MOE_FIXED_IN: self.moe_fixed_in,
             WORKSPACE: (format_bytes(self.workspace_bytes) if self.workspace == "size" else self.workspace),
             LOG: self.log_level,
+            WORKSPACE_MAX: self.describe_workspace_max(),
         }
 
 
@@ -198,6 +234,21 @@ def _parse_workspace(raw: str):
     return None if size is None else ("size", size)
 
 
+def _parse_workspace_max(raw: str):
+    """'5%' / '2.5%' (0.01% to 50%) -> ("percent", basis points); a size -> ("bytes", n)."""
+    t = raw.strip(" \t")
+    if t.endswith("%"):
+        if len(t) > 8 or not t.isascii():
+            return None
+        m = _PERCENT_RE.fullmatch(t)
+        if m is None:
+            return None
+        bp = int(m.group(1)) * 100 + int((m.group(2) or "0").ljust(2, "0"))
+        return ("percent", bp) if 1 <= bp <= 5000 else None
+    size = parse_size(raw)
+    return None if size is None else ("bytes", size)
+
+
 # variable, parser (returns None for a bad value), accepted values, default value, the default as said
 _TABLE = (
     (MASTER, _parse_master, "1 or 0 (also true/false, yes/no, on/off)", True, "1"),
@@ -205,6 +256,7 @@ _TABLE = (
     (MOE_FIXED_IN, bounded_version, VERSION_ACCEPTED, DEFAULT_MOE_FIXED_IN, DEFAULT_MOE_FIXED_IN),
     (WORKSPACE, _parse_workspace, "auto, exact, off or " + SIZE_ACCEPTED, ("auto", None), "auto"),
     (LOG, _parse_choice(("info", "debug", "warning")), "info, debug or warning", "info", "info"),
+    (WORKSPACE_MAX, _parse_workspace_max, WORKSPACE_MAX_ACCEPTED, DEFAULT_WORKSPACE_MAX, "5%"),
 )
 
 
@@ -239,7 +291,7 @@ def load_settings(environ=None) -> Settings:
         values[var] = value
     workspace, ws_bytes = values[WORKSPACE]
     return Settings(values[MASTER], values[MOE], values[MOE_FIXED_IN], workspace, ws_bytes, values[LOG],
-                    tuple(warnings))
+                    tuple(warnings), workspace_max=values[WORKSPACE_MAX])
 
 
 _cached: Settings | None = None

@@ -198,6 +198,28 @@ def _capture_sizes(runner, missing=None) -> tuple:
     return tuple(sorted({int(b) for b in sizes}))
 
 
+def _fixed_split_limits(limits, runner):
+    """Deterministic inference (every line 0.5.5-0.5.23, flashinfer_backend.py 0.5.5:168-183,
+    0.5.23:436-451): eager prefill/decode plan with SGLang's split tile sizes, read from the
+    environment as its get_int_env_var does; CUDA graphs with disable_split_kv; the KV of one
+    decode batch bounded by the pool (max_total_num_tokens; the radix cache is off with
+    FlashInfer in this mode, 0.5.5 server_args.py:1830-1837)."""
+    import os
+    from dataclasses import replace
+
+    from guard_core.fixed_split import split_sizes_from_env
+
+    prefill, decode, notes = split_sizes_from_env(os.environ)
+    pool = getattr(runner, "max_total_num_tokens", None)
+    try:
+        pool = int(pool) if pool and int(pool) > 0 else None
+    except (TypeError, ValueError):
+        pool = None
+    limits = replace(limits, fixed_split_prefill=prefill, fixed_split_decode=decode, disable_graph_kv_split=True,
+                     kv_pool_tokens=pool)
+    return limits, {"notes": notes}
+
+
 class _Sizing:
     """The need for one backend, and the temporary override of the env field."""
 
@@ -275,6 +297,9 @@ class _Sizing:
                                max_num_batched_tokens=int(chunk),
                                draft_tokens=max(0, (verify_q or 1) - 1), verify_q_len=verify_q, eager=True,
                                max_model_len=getattr(mc, "context_len", None))
+        fixed = None
+        if _server_field(runner, "enable_deterministic_inference", "exec"):
+            limits, fixed = _fixed_split_limits(limits, runner)
         gpu = detect_gpu(getattr(runner, "device", None))
         if gpu is None:
             log().info_once("workspace.nogpu", "workspace: no CUDA GPU visible to this process; nothing to size")
@@ -290,7 +315,10 @@ class _Sizing:
             if gone:
                 log().warning_once("workspace.missing:" + ",".join(gone),
                                    f"workspace: SGLang does not say {', '.join(gone)}; sized for the larger need")
-        return cls(module, runner, requirement, layout, gpu, fi, tc)
+        sizing = cls(module, runner, requirement, layout, gpu, fi, tc)
+        if fixed is not None:
+            sizing.fixed_split = dict(fixed, limits=limits)
+        return sizing
 
     # -- the cached per-process buffer
     def _cached(self):
@@ -314,6 +342,8 @@ class _Sizing:
 
             get_context().resources.buffers.pop("flashinfer_workspace", None)
 
+    fixed_split = None  # deterministic inference: {"limits", "notes"} (see _fixed_split_limits)
+
     def _decide(self, server_bytes):
         from guard_core.decisions import decide_workspace
         from guard_core.settings import get_settings
@@ -321,6 +351,8 @@ class _Sizing:
         user = _user_size[0] if _user_size else None
         user = user if (user is not None and user == server_bytes) else None
         settings = get_settings()
+        if self.fixed_split is not None and self.requirement is not None:
+            return self._decide_fixed_split(int(server_bytes), settings)
         refused = None
         if settings.workspace == "exact":
             from guard_core.decisions import exact_refusal
@@ -331,6 +363,23 @@ class _Sizing:
                                 user_bytes=user, user_var=NATIVE_VAR, settings=settings,
                                 flashinfer_version=self.fi_version, layout=self.layout, gpu=self.gpu,
                                 exact_refused=refused)
+
+    def _decide_fixed_split(self, server_bytes, settings):
+        """Deterministic inference: the need when affordable (over SGLang's forced 2 GiB),
+        else the affordable buffer and one warning with the longest prompt that fits."""
+        from guard_core.decisions import decide_fixed_split_workspace
+        from guard_core.fixed_split import assess, gpu_memory_bytes
+
+        cache = self.fixed_split.setdefault("assessed", {})
+        a = cache.get(server_bytes)
+        if a is None:
+            req = self.requirement
+            a = assess(req.layout, self.fixed_split["limits"], self.gpu, self.fi_version, req.planners, "sglang",
+                       server_bytes=server_bytes, settings=settings, requirement=req,
+                       gpu_memory=gpu_memory_bytes(self.gpu, getattr(self.runner, "device", None)))
+            cache[server_bytes] = a
+        return decide_fixed_split_workspace(self.requirement, a, framework="sglang", server_bytes=server_bytes,
+                                            settings=settings, flashinfer_version=self.fi_version)
 
     def enter(self) -> bool:
         cached, where = self._cached()

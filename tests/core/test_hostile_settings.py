@@ -18,7 +18,7 @@ from guard_core.decisions import decide_moe
 FAST = hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DEFAULT = S.load_settings({})
 FIELD = {S.MASTER: "enabled", S.MOE: "moe", S.MOE_FIXED_IN: "moe_fixed_in", S.WORKSPACE: "workspace",
-         S.LOG: "log_level"}
+         S.LOG: "log_level", S.WORKSPACE_MAX: "workspace_max"}
 
 
 def _assert_one_warning(s, var, value):
@@ -87,10 +87,11 @@ def test_moe_fixed_in_valid_versions(value):
 
 
 def test_bad_value_of_one_variable_changes_no_other():
-    env = {S.MASTER: "0", S.MOE: "on", S.MOE_FIXED_IN: "0.7.1", S.WORKSPACE: "1GiB", S.LOG: "debug"}
+    env = {S.MASTER: "0", S.MOE: "on", S.MOE_FIXED_IN: "0.7.1", S.WORKSPACE: "1GiB", S.LOG: "debug",
+           S.WORKSPACE_MAX: "10%"}
     good = S.load_settings(env)
     hostile = {S.MASTER: "\u00b2", S.MOE: "x" * 10000, S.MOE_FIXED_IN: "9" * 5000, S.WORKSPACE: "0.5",
-               S.LOG: "\nloud"}
+               S.LOG: "\nloud", S.WORKSPACE_MAX: "5%%"}
     for var, bad in hostile.items():
         s = S.load_settings(dict(env, **{var: bad}))
         assert len(s.warnings) == 1 and var in s.warnings[0]
@@ -101,8 +102,9 @@ def test_bad_value_of_one_variable_changes_no_other():
 
 
 def test_all_bad_at_once_gives_one_warning_each():
-    s = S.load_settings({S.MASTER: "2", S.MOE: "sometimes", S.MOE_FIXED_IN: "x", S.WORKSPACE: "0.5", S.LOG: "loud"})
-    assert len(s.warnings) == 5
+    s = S.load_settings({S.MASTER: "2", S.MOE: "sometimes", S.MOE_FIXED_IN: "x", S.WORKSPACE: "0.5", S.LOG: "loud",
+                         S.WORKSPACE_MAX: "51%"})
+    assert len(s.warnings) == 6
     assert [w.split("=", 1)[0] for w in s.warnings] == [f"ignoring {v}" for v in S.ALL_VARIABLES]
     assert s == DEFAULT
 
@@ -158,7 +160,36 @@ def test_property_settings_always_a_value_and_at_most_one_warning_per_variable(e
     else:
         assert s.workspace_bytes is None
     assert S.bounded_version(s.moe_fixed_in) == s.moe_fixed_in
+    kind, value = s.workspace_max
+    assert (kind == "percent" and 1 <= value <= 5000) or (kind == "bytes" and S.MIN_SIZE_BYTES <= value
+                                                           <= S.MAX_SIZE_BYTES)
+    assert 0 < s.workspace_max_bytes(141 * S.GIB) <= S.MAX_SIZE_BYTES
     s.describe()
+
+
+@pytest.mark.parametrize("value", [
+    "0%", "0.00%", "50.01%", "51%", "100%", "5.001%", "-5%", "5 %%", "%", "5%5", "\u0665%", "５%", "5e1%",
+    "1" * 300 + "%", "1MiB%", "0.5", "289GiB", "5%\n", "\x1b[5%", "five percent", ".5%",
+])
+def test_workspace_max_hostile_values_are_refused_with_one_warning(value):
+    s = S.load_settings({S.WORKSPACE_MAX: value})
+    _assert_one_warning(s, S.WORKSPACE_MAX, value)
+    assert s.workspace_max == S.DEFAULT_WORKSPACE_MAX and "5%" in s.warnings[0]
+    assert s == DEFAULT
+
+
+@pytest.mark.parametrize("value,expect,on_h200", [
+    ("5%", ("percent", 500), 150754820096 * 500 // 10000), ("2.5%", ("percent", 250), 150754820096 * 250 // 10000),
+    ("0.01%", ("percent", 1), 150754820096 // 10000), ("50%", ("percent", 5000), 150754820096 // 2),
+    (" 12 %", ("percent", 1200), 150754820096 * 12 // 100), ("8GiB", ("bytes", 8 << 30), 8 << 30),
+    ("1MiB", ("bytes", 1 << 20), 1 << 20),
+])
+def test_workspace_max_accepted_values(value, expect, on_h200):
+    s = S.load_settings({S.WORKSPACE_MAX: value})
+    assert s.warnings == () and s.workspace_max == expect
+    assert s.workspace_max_bytes(150754820096) == on_h200  # an H200's torch total_memory
+    if expect[0] == "percent":
+        assert s.workspace_max_bytes(None) == S.WORKSPACE_MAX_UNKNOWN_GPU
 
 
 @FAST
