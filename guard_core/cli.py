@@ -174,6 +174,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="force the prefill planner; default: chosen from the GPU, dtypes and framework")
     pl.add_argument("--decode-blocks-per-sm", type=_positive("--decode-blocks-per-sm"), default=None,
                     help="CUDA-core decode kernel occupancy; default: an upper bound from threads and shared memory")
+    pl.add_argument("--deterministic", action="store_true",
+                    help="SGLang --enable-deterministic-inference: fixed-split plans, SGLang's forced 2 GiB")
+    pl.add_argument("--kv-pool-tokens", type=_positive("--kv-pool-tokens"), default=None,
+                    help="tokens the KV pool holds (SGLang max_total_num_tokens, --max-total-tokens); bounds one "
+                         "deterministic decode batch; default: one full-context request plus one-token requests")
     pl.add_argument("--workspace", default=None,
                     help="check against this buffer (bytes or 512MiB) instead of the server's default")
     pl.add_argument("--all", action="store_true", help="list every capture size, not only the largest")

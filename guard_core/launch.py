@@ -53,6 +53,9 @@ class Launch:
     page_size: int | None = None
     disable_graph_padding: bool = False
     dp_attention: bool = False
+    deterministic: bool = False  # SGLang --enable-deterministic-inference
+    kv_pool_tokens: int | None = None  # SGLang --max-total-tokens
+    env: dict = field(default_factory=dict)  # leading VAR=value assignments the plan reads
     ignored: list = field(default_factory=list)
     notes: list = field(default_factory=list)
 
@@ -112,7 +115,12 @@ _SGLANG = {
     ("--quantization",): ("quantization", "str"),
     ("--page-size",): ("page_size", "int"),
     ("--enable-dp-attention",): ("dp_attention", "flag"),
+    ("--enable-deterministic-inference",): ("deterministic", "flag"),
+    ("--max-total-tokens",): ("kv_pool_tokens", "int"),
 }
+# Leading VAR=value assignments of a launch command that change the plan (read, not skipped):
+# SGLang's deterministic split tile sizes (flashinfer_backend.py, get_int_env_var).
+READ_ENV = ("SGLANG_FLASHINFER_PREFILL_SPLIT_TILE_SIZE", "SGLANG_FLASHINFER_DECODE_SPLIT_TILE_SIZE")
 
 _VLLM_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
 _SGLANG_MODULES = ("sglang.launch_server",)
@@ -174,7 +182,8 @@ def _split_form(argv: list[str]) -> tuple[str, str, list[str], list[str]]:
     notes = []
     i = 0
     while i < len(argv) and "=" in argv[i] and not argv[i].startswith("-") and argv[i].split("=", 1)[0].isidentifier():
-        notes.append(f"environment {argv[i].split('=', 1)[0]} in the command: not read")
+        if argv[i].split("=", 1)[0] not in READ_ENV:
+            notes.append(f"environment {argv[i].split('=', 1)[0]} in the command: not read")
         i += 1
     rest = argv[i:]
     if not rest:
@@ -203,6 +212,12 @@ def parse_launch(argv: list[str]) -> Launch:
     framework, form, tokens, notes = _split_form(list(argv))
     table = _table(framework)
     out = Launch(framework, form, notes=notes)
+    for tok in argv:  # the leading assignments _split_form read past
+        name, eq, value = tok.partition("=")
+        if not eq or tok.startswith("-") or not name.isidentifier():
+            break
+        if name in READ_ENV:
+            out.env[name] = value[:64]
     if form == "vllm serve" and tokens and not tokens[0].startswith("-"):
         out.model = tokens[0]
         tokens = tokens[1:]
@@ -282,7 +297,7 @@ def _convert(out: Launch, raw: dict) -> None:
             setattr(out, fname, val)
             continue
         opt, text = val
-        if fname in ("tp", "dp", "pp", "dcp", "ep", "max_num_seqs", "max_capture", "page_size"):
+        if fname in ("tp", "dp", "pp", "dcp", "ep", "max_num_seqs", "max_capture", "page_size", "kv_pool_tokens"):
             setattr(out, fname, _int(opt, text))
         elif fname == "max_batched_tokens":
             if out.framework == "sglang":

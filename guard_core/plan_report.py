@@ -27,7 +27,7 @@ from .launch import LaunchError, attention_backend_note, parse_launch
 from .presets import DEFAULT_MODEL, ModelError, ModelFacts, find_preset, load_model
 from .settings import Settings
 from .sizing import (INT_WORKSPACE_BYTES, AttentionLayout, Planners, ServingLimits, compute_requirement,
-                     largest_fitting_capture, round_up_mib)
+                     largest_fitting_capture, longest_fitting_context, round_up_mib)
 
 MIB = 1 << 20
 
@@ -229,6 +229,13 @@ def build(a, resolve_gpu, environ=None) -> dict:
     else:
         trt, trt_src = False, ""
         tcd, tcd_why = sglang_tensor_core_decode(kv_kind, q, kv)
+    det = fw == "sglang" and bool(getattr(a, "deterministic", False) or (L and L.deterministic))
+    if getattr(a, "deterministic", False) and fw != "sglang":
+        raise PlanUsageError("--deterministic is SGLang's --enable-deterministic-inference; vLLM's batch-invariant "
+                             "mode plans without split-KV (docs/deterministic.md)")
+    if det:
+        # flashinfer_backend.py: decode_use_tensor_cores = True in this mode (0.5.5:175, 0.5.23:443)
+        tcd, tcd_why = True, "deterministic inference forces tensor-core decode"
     q_prefill = q_decode = "derive"
     if fw == "vllm" and vllm_per_phase_builder(line):
         # vLLM 0.26+ sets the query dtype per phase itself (get_q_data_type)
@@ -248,6 +255,9 @@ def build(a, resolve_gpu, environ=None) -> dict:
     limits = ServingLimits(capture_sizes=decode_sizes, max_num_seqs=defaults.get("max_num_seqs"),
                            max_num_batched_tokens=defaults.get("max_batched_tokens"),
                            draft_tokens=defaults.get("draft_tokens") or 0, max_model_len=defaults.get("max_model_len"))
+    fixed_info = None
+    if det:
+        limits, fixed_info = _deterministic_limits(a, L, limits, gpu, notes)
     results = []
     for p in cands:
         p2 = Planners(prefill=p.prefill, decode=p.decode, decode_blocks_per_sm=a.decode_blocks_per_sm)
@@ -265,6 +275,12 @@ def build(a, resolve_gpu, environ=None) -> dict:
                                q_heads=q, head_dim=dqk)
     server_src = workspace_source(fw, line, architecture=facts.architecture,
                                   max_num_batched_tokens=limits.max_num_batched_tokens, q_heads=q, head_dim=dqk)
+    if det:
+        from .fixed_split import SGLANG_FORCED_BYTES
+
+        server = SGLANG_FORCED_BYTES
+        server_src = ("--enable-deterministic-inference: SGLang forces SGLANG_FLASHINFER_WORKSPACE_SIZE to 2 GiB, over "
+                      "a user's export (flashinfer_backend.py 0.5.5:183, 0.5.20:423, 0.5.23:451; PR #30244 open)")
     if a.workspace:
         from .settings import parse_size
         buffer = parse_size(a.workspace)
@@ -287,12 +303,29 @@ def build(a, resolve_gpu, environ=None) -> dict:
         size = round_up_mib(req.float_bytes)
         remedies["workspace_bytes"] = size
         remedies["env"] = f"{NATIVE_VAR[fw]}={size}"
-        if decode_sizes:
+        if det:
+            # SGLang's .set(2 GiB) overwrites an export in this mode (PR #30244 open), and its
+            # CUDA graphs plan no split (disable_split_kv): neither remedy applies
+            remedies["env"] = None
+        elif decode_sizes:
             remedies["largest_capture_batch_that_fits"] = largest_fitting_capture(
                 layout, limits, gpu, fi, planners, fw, buffer)
         if fm.features(fi).rows_by_query is False:
             fixed = compute_requirement(layout, limits, gpu, "0.7.1", planners, caller=fw)
             remedies["flashinfer_0_7_1_need_bytes"] = fixed.float_bytes
+    if det:
+        from .fixed_split import assess
+        from .settings import load_settings
+
+        mem = gpu_memory(gpu_key)
+        fa = assess(layout, limits, gpu, fi, planners, fw, server_bytes=buffer, requirement=req,
+                    settings=load_settings(environ), gpu_memory=mem[0] if mem else None)
+        fixed_info.update(fa.as_dict())
+        fixed_info["line"] = f"[flashinfer-guard] workspace: {fa.text}"
+        fixed_info["longest_prompt_in_buffer"] = (
+            fa.context if req.float_bytes <= buffer else
+            longest_fitting_context(layout, limits, gpu, fi, planners, fw, buffer))
+        base["fixed_split"] = fixed_info
     scen = [dict(s.as_dict(), description=describe_scenario(s, layout, gpu, fw)) for s in req.scenarios]
     base.update({
         "gpu": {"name": gpu.name, "num_sms": gpu.num_sms, "cc": f"{gpu.cc[0]}.{gpu.cc[1]}"},
@@ -319,6 +352,37 @@ def build(a, resolve_gpu, environ=None) -> dict:
     return base
 
 
+def _deterministic_limits(a, L, limits, gpu, notes):
+    """SGLang --enable-deterministic-inference: the split tile sizes (from the command's
+    leading assignments, else SGLang's defaults 4096 / 2048), disable_split_kv graphs, the
+    KV pool when given; the longest context is required."""
+    from dataclasses import replace
+
+    from .fixed_split import split_sizes_from_env
+
+    env = dict(L.env) if L else {}
+    prefill, decode, env_notes = split_sizes_from_env(env)
+    notes.extend(env_notes)
+    if not limits.max_model_len:
+        raise PlanUsageError("deterministic inference sizes the workspace by the longest prompt: give --max-model-len "
+                             "(--context-length in the command) or a model whose config.json has "
+                             "max_position_embeddings")
+    pool = getattr(a, "kv_pool_tokens", None) or (L.kv_pool_tokens if L else None)
+    if gpu.cc[0] not in (10, 12) and not (L and "flashinfer" in " ".join(
+            b for b in (L.attention_backend, L.decode_attention_backend, L.prefill_attention_backend) if b)):
+        notes.append(f"deterministic inference on cc {gpu.cc[0]}.{gpu.cc[1]}: SGLang picks fa3 unless "
+                     "--attention-backend flashinfer (0.5.5 server_args.py:1800-1812); the figures hold with FlashInfer")
+    if pool is None:
+        notes.append("deterministic decode sized for one full-context request plus one-token requests; give "
+                     "--kv-pool-tokens (SGLang's max_total_num_tokens) for the pool's bound")
+    limits = replace(limits, fixed_split_prefill=prefill, fixed_split_decode=decode, disable_graph_kv_split=True,
+                     kv_pool_tokens=pool)
+    info = {"mode": "deterministic", "prefill_split_tile_size": prefill, "decode_split_tile_size": decode,
+            "split_source": ", ".join(f"{k}={v}" for k, v in env.items()) or "SGLang's defaults",
+            "kv_pool_tokens": pool}
+    return limits, info
+
+
 def _moe(a, gpu_key, fi) -> dict:
     arch = getattr(a, "host_arch", None)
     if arch:
@@ -339,6 +403,13 @@ def describe_scenario(s, layout, gpu, fw) -> str:
         return f"CUDA-graph capture of a decode batch of {s.batch} requests, one query token each"
     if s.name == "cuda_graph_verify":
         return f"CUDA-graph speculative verify: {s.batch} requests x {s.q_len} query tokens"
+    if s.name == "fixed_split_prefill":
+        return (f"fixed-split prefill: a {s.q_len}-token prompt chunk against the longest context, its KV cut into "
+                f"fixed chunks (no SM cap): {s.plan.padded_batch_size} (query tile, KV chunk) pairs x "
+                f"{s.plan.cta_tile_q} rows")
+    if s.name == "fixed_split_decode":
+        return (f"fixed-split decode of {s.batch} requests: {s.plan.padded_batch_size} KV chunks in all "
+                f"(no SM cap)")
     cap = (2 * gpu.num_sms) // layout.num_kv_heads
     if s.name == "eager_decode":
         return (f"eager decode of {s.batch} requests with KV caches long enough that the planner splits them into "
@@ -430,7 +501,12 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
         w(f"verdict    OK: the need fits with {_fmt(r['workspace_bytes'] - n['float_bytes'])} to spare\n")
     else:
         o = r["overflow"]
-        w("verdict    OVERFLOW: FlashInfer will raise at start-up:\n")
+        fx = r.get("fixed_split")
+        if fx:
+            w(f"verdict    OVERFLOW: FlashInfer will raise on the first prompt longer than "
+              f"{fx['longest_prompt_in_buffer']:,} tokens (the need grows with the prompt; start-up passes):\n")
+        else:
+            w("verdict    OVERFLOW: FlashInfer will raise at start-up:\n")
         if o:
             w(f"           Buffer overflow when allocating memory for {o['allocation']} with size {o['bytes']} "
               f"and alignment {o['alignment']}, but only {o['available']} bytes available in AlignedAllocator.\n")
@@ -440,9 +516,18 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
             w(f"           why they differ: {r['overflow_reason']}\n")
         rem = r["remedies"]
         w("remedies\n")
-        w(f"  - pip install flashinfer-guard in the server's environment: it raises the buffer to "
-          f"{_fmt(rem['workspace_bytes'])} automatically; or\n")
-        w(f"  - export {rem['env']}   ({_fmt(rem['workspace_bytes'])})\n")
+        if fx and not fx["affordable"]:
+            w(f"  - pip install flashinfer-guard in the server's environment: the need is not affordable "
+              f"(FLASHINFER_GUARD_WORKSPACE_MAX {_fmt(fx['max_bytes'])}); it raises the buffer to "
+              f"{_fmt(fx['allocate_bytes'])} (prompts up to {fx['longest_prompt']:,} tokens) and says so; or\n")
+        else:
+            w(f"  - pip install flashinfer-guard in the server's environment: it raises the buffer to "
+              f"{_fmt(rem['workspace_bytes'])} automatically; or\n")
+        if rem.get("env"):
+            w(f"  - export {rem['env']}   ({_fmt(rem['workspace_bytes'])})\n")
+        else:
+            w("  - (an export of SGLANG_FLASHINFER_WORKSPACE_SIZE does not help here: deterministic inference "
+              "overwrites it with 2 GiB; SGLang PR #30244 is open)\n")
         if "largest_capture_batch_that_fits" in rem:
             flag = "--max-cudagraph-capture-size" if r["framework"] == "vllm" else "--cuda-graph-max-bs"
             w(f"  - or keep today's buffer and cap CUDA-graph batches at {rem['largest_capture_batch_that_fits']} "
@@ -450,6 +535,19 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
         if "flashinfer_0_7_1_need_bytes" in rem:
             w(f"  - or upgrade to FlashInfer >= 0.7.1 (PR #5177): the need drops to "
               f"{_fmt(rem['flashinfer_0_7_1_need_bytes'])}\n")
+    fx = r.get("fixed_split")
+    if fx:
+        w(f"\ndeterministic inference (splits: prefill {fx['prefill_split_tile_size']}, decode "
+          f"{fx['decode_split_tile_size']} pages; {fx['split_source']}; context {fx['context']:,} tokens)\n")
+        w(f"  SGLang forces {_fmt(fx['server_bytes'])}; the need is {fx['need_bytes']:,} bytes "
+          f"({_fmt(fx['need_bytes'])}); longest prompt that fits {_fmt(r['workspace_bytes'])}: "
+          f"{fx['longest_prompt_in_buffer']:,} tokens\n")
+        w(f"  affordable up to {_fmt(fx['max_bytes'])} (FLASHINFER_GUARD_WORKSPACE_MAX): "
+          + (f"the guard makes the buffer {_fmt(fx['allocate_bytes'])}\n" if fx["affordable"] else
+             f"no; the guard gives {_fmt(fx['allocate_bytes'])}, prompts up to {fx['longest_prompt']:,} tokens, "
+             "and warns:\n"))
+        if not fx["affordable"]:
+            w(f"  {fx['line']}\n")
     for note in r["notes"]:
         w(f"note       {note}\n")
     if r.get("ignored_options"):
