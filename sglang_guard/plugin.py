@@ -51,6 +51,9 @@ def register(source: str = "entry_point") -> bool:
             log().settings_warnings(settings)
             workspace.remember_user_size(os.environ)
             when_imported(FLASHINFER_BACKEND, workspace.on_backend_module, key=HOOK_PREFIX + "workspace")
+            # deterministic inference: the fixed-split need said before the weights load
+            when_imported(workspace.MODEL_RUNNER, workspace.on_model_runner_module,
+                          key=HOOK_PREFIX + "workspace.early")
             moe.install()
             _registered = True
             _source = source
@@ -81,6 +84,9 @@ def uninstall() -> None:
             backend = sys.modules.get(FLASHINFER_BACKEND)
             if backend is not None and getattr(backend, "FlashInferAttnBackend", None) is not None:
                 workspace.unpatch(backend)
+            runner = sys.modules.get(workspace.MODEL_RUNNER)
+            if runner is not None:
+                workspace.unpatch_runner(runner)
             from guard_core import safety_net
 
             safety_net.uninstall()

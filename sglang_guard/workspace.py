@@ -198,6 +198,132 @@ def _capture_sizes(runner, missing=None) -> tuple:
     return tuple(sorted({int(b) for b in sizes}))
 
 
+def _nested(bag, *path):
+    obj = bag
+    for name in path:
+        obj = getattr(obj, name)
+    return obj
+
+
+def _deterministic(runner) -> bool:
+    """--enable-deterministic-inference as the backend reads it: 0.5.2x
+    ``get_exec().deterministic.enable_deterministic_inference`` (0.5.23
+    flashinfer_backend.py:436-438), earlier ``server_args.enable_deterministic_inference``
+    (0.5.5:168-170)."""
+    ex = _bag("exec")
+    if ex is not None:
+        for path in (("deterministic", "enable_deterministic_inference"), ("enable_deterministic_inference",)):
+            try:
+                return bool(_nested(ex, *path))
+            except Exception:
+                pass
+    return bool(getattr(getattr(runner, "server_args", None), "enable_deterministic_inference", False))
+
+
+def _attention_backends(runner) -> set:
+    """The attention backends the server resolved (0.5.2x ``get_exec().kernel``, else server_args)."""
+    out = set()
+    ex = _bag("exec")
+    for name in ("attention_backend", "prefill_attention_backend", "decode_attention_backend"):
+        v = None
+        if ex is not None:
+            for path in (("kernel", name), (name,)):
+                try:
+                    v = _nested(ex, *path)
+                    break
+                except Exception:
+                    pass
+        if v is None:
+            v = getattr(getattr(runner, "server_args", None), name, None)
+        if v:
+            out.add(str(v))
+    return out
+
+
+# ------------------------------------------- deterministic inference: before the weights load
+
+MODEL_RUNNER = "sglang.srt.model_executor.model_runner"
+_early_said: list = []  # the pre-check warned in this process
+
+
+def on_model_runner_module(module) -> None:
+    from guard_core.patching import guarded
+
+    from ._log import log
+
+    guarded(log(), "workspace.early.patch", "deterministic pre-check", _patch_runner, module)
+
+
+def _patch_runner(module) -> None:
+    from guard_core.patching import wrap_attr
+
+    from ._log import log
+
+    cls = getattr(module, "ModelRunner", None)
+    if cls is None or not callable(getattr(cls, "load_model", None)):
+        log().debug("deterministic pre-check: ModelRunner.load_model not found; not applicable on this version",
+                    key="workspace.early.missing")
+        return
+    wrap_attr(cls, "load_model", _make_load_model)
+
+
+def unpatch_runner(module) -> bool:
+    from guard_core.patching import unwrap_attr
+
+    cls = getattr(module, "ModelRunner", None)
+    return bool(cls is not None and unwrap_attr(cls, "load_model"))
+
+
+def _make_load_model(orig):
+    def load_model(self, *args, **kwargs):
+        from guard_core.patching import guarded
+
+        from ._log import log
+
+        guarded(log(), "workspace.early", "deterministic pre-check", early_fixed_split_check, self)
+        return orig(self, *args, **kwargs)
+
+    return load_model
+
+
+def early_fixed_split_check(runner):
+    """SGLang deterministic inference with FlashInfer, before ModelRunner.load_model: the
+    need at the longest context against SGLang's forced 2 GiB; where it is not affordable,
+    the one warning (need, buffer, longest prompt that fits, the settings that fit the
+    full context). The KV pool does not exist yet: decode is sized for one full-context
+    request plus one-token requests; the backend's own decision follows with the pool.
+    Returns the assessment (or None where the mode or FlashInfer is not in play)."""
+    import types
+
+    from guard_core.fixed_split import SGLANG_FORCED_BYTES, assess, gpu_memory_bytes
+    from guard_core.settings import get_settings
+
+    from ._log import log
+
+    if not _deterministic(runner):
+        return None
+    backends = _attention_backends(runner)
+    if backends and "flashinfer" not in backends:
+        return None
+    settings = get_settings()
+    if settings.workspace in ("off", "size"):
+        return None
+    # the mode forces tensor-core decode: SGLang's should_use_tensor_core is not consulted
+    stub = types.SimpleNamespace(should_use_tensor_core=lambda **k: True,
+                                 envs=types.SimpleNamespace(**{NATIVE_VAR: None}))
+    sizing = _Sizing.build(stub, runner)
+    if sizing is None or sizing.requirement is None or sizing.fixed_split is None:
+        return None
+    req = sizing.requirement
+    a = assess(req.layout, sizing.fixed_split["limits"], sizing.gpu, sizing.fi_version, req.planners, "sglang",
+               server_bytes=SGLANG_FORCED_BYTES, settings=settings, requirement=req,
+               gpu_memory=gpu_memory_bytes(sizing.gpu, getattr(runner, "device", None)))
+    if not a.affordable:
+        _early_said.append(a.text)
+        log().warning_once("workspace.fixed_split.early", f"workspace: before loading weights: {a.text}")
+    return a
+
+
 def _fixed_split_limits(limits, runner):
     """Deterministic inference (every line 0.5.5-0.5.23, flashinfer_backend.py 0.5.5:168-183,
     0.5.23:436-451): eager prefill/decode plan with SGLang's split tile sizes, read from the
@@ -278,7 +404,7 @@ class _Sizing:
         except Exception:
             tc = None
             missing.append("should_use_tensor_core")
-        if _server_field(runner, "enable_deterministic_inference", "exec"):
+        if _deterministic(runner):
             tc = True
         captures = _capture_sizes(runner, missing)
         pool = getattr(getattr(runner, "req_to_token_pool", None), "size", None)
@@ -298,7 +424,7 @@ class _Sizing:
                                draft_tokens=max(0, (verify_q or 1) - 1), verify_q_len=verify_q, eager=True,
                                max_model_len=getattr(mc, "context_len", None))
         fixed = None
-        if _server_field(runner, "enable_deterministic_inference", "exec"):
+        if _deterministic(runner):
             limits, fixed = _fixed_split_limits(limits, runner)
         gpu = detect_gpu(getattr(runner, "device", None))
         if gpu is None:
@@ -432,4 +558,8 @@ class _Sizing:
             log().debug(f"workspace: reusing this process's buffer; {dec.text}", key="workspace.reuse")
             return
         _reported.append(True)
+        if dec.action == "limit" and _early_said:  # said once already, before the weights loaded
+            from dataclasses import replace
+
+            dec = replace(dec, level="info")
         log().decision(dec, key=f"workspace:{dec.action}:{dec.numbers.get('need_bytes')}:{dec.allocate_bytes}")
