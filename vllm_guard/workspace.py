@@ -107,6 +107,12 @@ def server_bytes(builder, module) -> tuple[int | None, int | None]:
     sizes, split-KV disabled: no planner scratch to size).
     """
     envs = module.envs
+    # VLLM_BATCH_INVARIANT: every plan() of this buffer passes disable_split_kv=True (no split-KV
+    # scratch), cascade attention is off, and vLLM allocates 2 GiB. Verified per line in
+    # v1/attention/backends/flashinfer.py (self.disable_split_kv = True: 0.19.1:547, 0.23.0:561,
+    # 0.26.0:645, 0.29.0:697, 0.32.0:763, 0.33.0:888; 2 GiB: 0.19.1:69, 0.23.0:79, 0.26.0:84,
+    # 0.29.0:92, 0.32.0:98, 0.33.0:103); the one plan without it is DCP's ragged new-token plan
+    # (SM-capped split), see docs/deterministic.md.
     if getattr(envs, "VLLM_BATCH_INVARIANT", False):
         return None, None
     size = int(getattr(envs, NATIVE_VAR))
@@ -307,7 +313,8 @@ def decide(builder, module):
     settings = get_settings()
     server, user = server_bytes(builder, module)
     if server is None:
-        get_log().info_once("workspace-bi", "workspace: ok, VLLM_BATCH_INVARIANT disables split-KV; vLLM sizes it")
+        get_log().info_once("workspace-bi", "workspace: ok, VLLM_BATCH_INVARIANT plans with disable_split_kv "
+                                            "(no split-KV scratch in this buffer); vLLM allocates 2 GiB")
         return None, None
     fi = flashinfer_version()
     if fi is None:
