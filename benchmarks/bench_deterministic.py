@@ -52,7 +52,7 @@ def main():
     ap.add_argument("--heads", default="24,4,256", help="q heads, kv heads, head dim per rank")
     a = ap.parse_args()
     heads = tuple(int(x) for x in a.heads.split(","))
-    print(f"| SGLang (FlashInfer) | context | chunk | need | SGLang's size | verdict without the guard | with the guard |")
+    print("| SGLang (FlashInfer) | context | chunk | need | SGLang's size | verdict without the guard | with the guard |")
     print("|---|---:|---:|---:|---:|---|---|")
     for line in LINES:
         for ctx in CONTEXTS:
