@@ -426,6 +426,8 @@ class _Sizing:
         fixed = None
         if _deterministic(runner):
             limits, fixed = _fixed_split_limits(limits, runner)
+            for note in fixed["notes"]:
+                log().warning_once("workspace.split:" + note[:60], f"workspace: deterministic inference: {note}")
         gpu = detect_gpu(getattr(runner, "device", None))
         if gpu is None:
             log().info_once("workspace.nogpu", "workspace: no CUDA GPU visible to this process; nothing to size")
