@@ -84,6 +84,17 @@ class PlannerFacts:
     # (both the model dtype and the KV dtype are sized)
     q_prefill: str | None = "derive"
     q_decode: str | None = "derive"
+    # vLLM's prefill rule (use_trtllm_attention(is_prefill=True), vllm/utils/flashinfer.py:
+    # 0.23.0:388-463, 0.33.0:724-810): --attention-config.use_trtllm_attention (None: auto,
+    # True: forced on, False: forced off), attention sinks, and whether any layer of this
+    # builder runs non-causal (0.33 `use_non_causal`, the DFlash drafter: FA2 prefill,
+    # flashinfer.py:1594 `prefill_use_trtllm = causal and ...`). None: unknown.
+    trtllm_force: bool | None = None
+    has_sinks: bool = False
+    noncausal: bool | None = False
+    # --attention-config.disable_flashinfer_q_quantization (vLLM <= 0.25: the query stays in
+    # the model dtype even where TRT-LLM attention is usable; 0.23.0 flashinfer.py:648-660)
+    q_quant_disabled: bool = False
 
 
 @dataclass(frozen=True)
@@ -176,28 +187,53 @@ def vllm_query_dtypes(cc, kv_kind: str | None, trtllm_forced_off: bool = False) 
     return prefill, decode
 
 
+def _vllm_trtllm_prefill(facts: PlannerFacts, usable: bool, q_kind: str, kv_kind: str) -> tuple:
+    """(TRT-LLM prefill for causal batches, FA2 prefill possible too) by vLLM's own
+    ``use_trtllm_attention(is_prefill=True)`` (vllm/utils/flashinfer.py 0.23.0:388-463,
+    0.33.0:724-810): never when forced off, with DCP, off the supported platform
+    (``usable``: SM10x with the cubins); always for an FP8 query or attention sinks;
+    else, when not forced, only with an unquantized KV cache ("auto"). An FP8 KV cache
+    with a 16-bit query (``disable_flashinfer_q_quantization``) therefore prefills with
+    FA2 on SM10x too. Non-causal layers always prefill with FA2 (0.33.0
+    flashinfer.py:1594, ``_noncausal_prefill_wrapper`` with backend "auto")."""
+    if facts.trtllm_prefill is not None:  # the caller knows the answer
+        trt = bool(facts.trtllm_prefill) and usable
+    elif not usable or facts.trtllm_force is False or int(facts.dcp_size or 1) > 1:
+        trt = False
+    elif q_kind == "fp8" or facts.has_sinks or facts.trtllm_force is True:
+        trt = True
+    else:
+        trt = kv_kind == "16bit"
+    return trt, facts.noncausal is not False
+
+
 def _vllm(facts: PlannerFacts, cc, kv_kind, trtllm: bool, qp="derive", qd="derive"):
     if kv_kind == "fp4":
         return Planners(prefill="trtllm", decode="trtllm"), "NVFP4 KV cache: TRT-LLM attention only"
     usable = trtllm and _sm10x(cc)
-    derived = kv_kind if usable else "16bit"
+    derived = kv_kind if (usable and not facts.q_quant_disabled) else "16bit"
     q_prefill, q_decode = _q_kind(qp, derived, kv_kind), _q_kind(qd, derived, kv_kind)
-    trt_decode = usable if facts.trtllm_decode is None else (bool(facts.trtllm_decode) and usable)
-    trt_prefill = usable if facts.trtllm_prefill is None else (bool(facts.trtllm_prefill) and usable)
-    # vLLM's use_trtllm_attention() refuses DCP > 1: prefill then runs
-    # BatchDCPPrefillWrapper (FA2 paged with all DCP ranks' heads + FA2 ragged);
-    # seen through the real calls (tests/vllm, b200_dcp2)
-    if int(facts.dcp_size or 1) > 1:
-        trt_prefill = False
+    # decode: the builder's own use_trtllm_decode_attention, on every GPU. vLLM >= 0.32
+    # decodes with XQA on SM90/SM12x under that flag (0.33.0 flashinfer.py:996-1041,
+    # FlashInferDecodeKernel.XQA), which plans nothing in this buffer; the flag is already
+    # False where XQA/TRT-LLM-gen cannot serve (head dim, DCP with XQA).
+    trt_decode = usable if facts.trtllm_decode is None else bool(facts.trtllm_decode)
+    trt_prefill, fa2_too = _vllm_trtllm_prefill(facts, usable, q_prefill, kv_kind)
     if trt_decode and int(facts.dcp_size or 1) <= 1:
-        decode, dwhy = "trtllm", "decode TRT-LLM-gen"
+        decode, dwhy = "trtllm", "decode TRT-LLM-gen" if _sm10x(cc) else "decode XQA"
     else:
         decode = _fa_backend(cc, q_decode, kv_kind, tensor_core_decode=True)
         dwhy = f"tensor-core decode {decode.upper()}"
         if trt_decode:
             dwhy += f" (DCP {facts.dcp_size}: no TRT-LLM decode)"
-    prefill = "trtllm" if trt_prefill else _fa_backend(cc, q_prefill, kv_kind, tensor_core_decode=False)
-    return Planners(prefill=prefill, decode=decode), f"prefill {prefill.upper()}, {dwhy}"
+    if trt_prefill and not fa2_too:
+        prefill = "trtllm"
+    else:
+        prefill = _fa_backend(cc, q_prefill, kv_kind, tensor_core_decode=False)
+    why = f"prefill {prefill.upper()}, {dwhy}"
+    if trt_prefill and fa2_too:
+        why += " (causal prefill TRT-LLM; non-causal layers FA2)"
+    return Planners(prefill=prefill, decode=decode), why
 
 
 def _sglang(facts: PlannerFacts, cc, kv_kind, tensor_core: bool):
@@ -223,6 +259,44 @@ def _sglang(facts: PlannerFacts, cc, kv_kind, tensor_core: bool):
     return Planners(prefill=prefill, decode=decode), f"prefill {prefill.upper()}, decode {decode}"
 
 
+FA3_HEAD_DIMS = ((64, 64), (128, 128), (256, 256), (192, 128))
+
+
+def fa3_supports_head_dims(head_dim_qk: int, head_dim_vo: int) -> bool:
+    """FlashInfer's ``is_fa3_prefill_head_dim_supported`` (flashinfer/utils.py, 0.6.15+;
+    0.7.2:504-508): the SM90 kernels are instantiated for these pairs only."""
+    return (int(head_dim_qk), int(head_dim_vo)) in FA3_HEAD_DIMS
+
+
+def fa3_head_dim_gate(choice: PlannerChoice, layout, flashinfer_version: str | None) -> PlannerChoice:
+    """FA3 only where FlashInfer would pick it for these head dims: from 0.6.15
+    ``determine_attention_backend`` (utils.py 0.7.2:616-628) answers FA2 for any other
+    pair, and every wrapper passes its head dims (prefill.py 0.7.2:1509,2977,4769;
+    decode.py 0.6.16:1646). Releases before 0.6.15 have no gate (0.6.14's utils.py has no
+    ``is_fa3_prefill_head_dim_supported``)."""
+    from . import support
+
+    try:
+        gated = flashinfer_version is not None and support.has(flashinfer_version, "fa3_head_dim_gate")
+    except Exception:
+        gated = True
+    if not gated or fa3_supports_head_dims(layout.head_dim_qk, layout.head_dim_vo):
+        return choice
+    out: list[Planners] = []
+    for p in choice.candidates:
+        q = Planners(prefill="fa2" if p.prefill == "fa3" else p.prefill,
+                     decode="fa2" if p.decode == "fa3" else p.decode,
+                     decode_blocks_per_sm=p.decode_blocks_per_sm, decode_uniform_q_len=p.decode_uniform_q_len)
+        if q not in out:
+            out.append(q)
+    if out == list(choice.candidates):
+        return choice
+    why = (f"head dims {layout.head_dim_qk}/{layout.head_dim_vo}: FlashInfer {flashinfer_version} has no FA3 "
+           "kernel for them, FA2 instead")
+    return PlannerChoice(tuple(out), choice.missing, tuple(r + f" ({why})" for r in choice.reasons),
+                         choice.decode_qo_heads_factor)
+
+
 def size_choice(layout, limits, gpu, flashinfer_version: str, choice: PlannerChoice, caller: str,
                 kv_dtype_bytes_options=None):
     """The requirement over every candidate of ``choice`` (the larger need wins).
@@ -235,6 +309,7 @@ def size_choice(layout, limits, gpu, flashinfer_version: str, choice: PlannerCho
 
     from .sizing import compute_requirement, merge_requirements
 
+    choice = fa3_head_dim_gate(choice, layout, flashinfer_version)
     layouts = [layout]
     if kv_dtype_bytes_options:
         layouts = [_replace(layout, kv_dtype_bytes=int(b)) for b in dict.fromkeys(kv_dtype_bytes_options)]

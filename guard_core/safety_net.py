@@ -6,12 +6,33 @@ way, before any kernel runs::
     Buffer overflow when allocating memory for NAME with size S and alignment A,
     but only B bytes available in AlignedAllocator. ...
 
-The net wraps ``plan`` of FlashInfer's wrappers (prefill paged/ragged, decode).
-On that error it takes the sizes from the message, makes the wrapper's float
+Every planning entry point is wrapped (``ENTRY_POINTS``):
+
+- ``plan`` of FlashInfer's wrappers (prefill paged/ragged, decode) and every
+  class-body alias of it: FlashInfer writes ``begin_forward = plan`` in each
+  class body (flashinfer/prefill.py 0.7.2:3212,5043, decode.py 0.7.2:2639), so
+  the alias is a second name for the unwrapped function and needs its own wrap;
+  SGLang plans only through ``begin_forward``;
+- FlashInfer's ``fast_decode_plan`` (flashinfer/decode.py), which vLLM and
+  SGLang call for CUDA graphs (SGLang binds it as ``partial(fast_decode_plan,
+  wrapper)``; vLLM 0.33's ``fast_plan_decode`` calls it), rebound in every
+  module that imported it by name;
+- SGLang's own copy ``fast_prefill_plan`` (flashinfer_backend.py 0.5.23:180),
+  which calls the compiled planner itself.
+
+On that error it takes the sizes from the message, makes the overflowing
 workspace large enough and plans again (up to a few times: an overflow stops
 the planner at the first allocation that does not fit, and the ones after it
-need room too). One warning names both numbers. Where it cannot help, the
-original error propagates unchanged.
+need room too). An overflow of a float allocation (``*_tmp_v``, ``*_tmp_s``,
+``*partial_o``, ``*partial_lse``) grows the float workspace; any other name is
+an int allocation and grows the int workspace and its pinned host mirror
+together (FlashInfer copies one into the other, so both must hold the plan).
+One warning names both numbers.
+
+Where it cannot help (a graph holds the buffer, the device cannot give the
+memory, the error persists), it gives back what it grew and FlashInfer's
+original exception propagates unchanged: the same object, its cause and context
+as FlashInfer raised them.
 
 It never replaces a buffer that a captured CUDA graph holds:
 
@@ -29,21 +50,36 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 
-from .patching import unwrap_attr, when_imported, wrap_attr
+from .patching import is_wrapped, rebind_everywhere, unwrap_attr, when_imported, wrap_attr
 
 OVERFLOW_RE = re.compile(
     r"Buffer overflow when allocating memory for (?P<name>\S+) with size (?P<size>\d+) and alignment "
     r"(?P<align>\d+), but only (?P<avail>\d+) bytes available")
+# The float-buffer allocations of FlashInfer's planners (scheduler.cuh: float_allocator);
+# every other named allocation is carved from the int buffer.
+FLOAT_ALLOCATION_RE = re.compile(r"(tmp_v|tmp_s|partial_o|partial_lse)$")
 MIB = 1 << 20
 MAX_TRIES = 4
-TARGETS = {
-    "flashinfer.prefill": ("BatchPrefillWithPagedKVCacheWrapper", "BatchPrefillWithRaggedKVCacheWrapper"),
-    "flashinfer.decode": ("BatchDecodeWithPagedKVCacheWrapper",),
+
+# module -> (wrapper classes whose plan and class-body aliases are wrapped,
+#            module-level planning functions taking the wrapper as first argument)
+ENTRY_POINTS = {
+    "flashinfer.prefill": (("BatchPrefillWithPagedKVCacheWrapper", "BatchPrefillWithRaggedKVCacheWrapper"), ()),
+    "flashinfer.decode": (("BatchDecodeWithPagedKVCacheWrapper",), ("fast_decode_plan",)),
+    # SGLang's own sync-free copy (0.5.2x) and its by-name import of FlashInfer's function
+    "sglang.srt.layers.attention.flashinfer_backend": ((), ("fast_prefill_plan", "fast_decode_plan")),
+    # vLLM imports FlashInfer's fast_decode_plan by name (flashinfer.py 0.33.0:20)
+    "vllm.v1.attention.backends.flashinfer": ((), ("fast_decode_plan",)),
 }
+# where a by-name import of a wrapped function can live
+REBIND_PREFIXES = ("flashinfer", "vllm", "sglang")
+TARGETS = {m: classes for m, (classes, _f) in ENTRY_POINTS.items() if classes}
 
 _state = {"captured": 0, "log": None, "installed": False}
 _patched: list[tuple[object, str]] = []
+_local = threading.local()
 
 
 def parse_overflow(exc: BaseException) -> dict | None:
@@ -54,14 +90,20 @@ def parse_overflow(exc: BaseException) -> dict | None:
             "available": int(m.group("avail"))}
 
 
+def buffer_kind(allocation_name: str) -> str:
+    """'float' or 'int': which workspace FlashInfer carved ``allocation_name`` from."""
+    return "float" if FLOAT_ALLOCATION_RE.search(allocation_name or "") else "int"
+
+
 def install(log) -> None:
-    """Arm the net (idempotent): hooks on FlashInfer's wrapper modules and on
-    torch's CUDA-graph capture (to know when buffers are held by graphs)."""
+    """Arm the net (idempotent): hooks on FlashInfer's wrapper modules, the frameworks'
+    own planning helpers, and torch's CUDA-graph capture (to know when buffers are held
+    by graphs)."""
     _state["log"] = log
     if _state["installed"]:
         return
     _state["installed"] = True
-    for mod in TARGETS:
+    for mod in ENTRY_POINTS:
         when_imported(mod, _patch_module, key="safety_net:" + mod)
     when_imported("torch.cuda.graphs", _track_captures, key="safety_net:torch.cuda.graphs")
 
@@ -70,7 +112,14 @@ def uninstall() -> None:
     from . import patching
 
     for owner, name in reversed(_patched):
-        unwrap_attr(owner, name)
+        try:
+            current = getattr(owner, name, None)
+            original = getattr(current, "__wrapped__", None)
+            if unwrap_attr(owner, name) and original is not None and not isinstance(owner, type):
+                for prefix in REBIND_PREFIXES:
+                    rebind_everywhere(current, original, prefix)
+        except Exception:
+            pass
     _patched.clear()
     forget = getattr(patching, "forget_import_hooks", None)
     if callable(forget):
@@ -80,6 +129,17 @@ def uninstall() -> None:
 
 def graphs_captured() -> int:
     return _state["captured"]
+
+
+def patched_entry_points() -> list[str]:
+    """``owner.name`` of every planning entry point the net wraps now (for tests and doctor)."""
+    out = []
+    for owner, name in _patched:
+        label = getattr(owner, "__qualname__", None) or getattr(owner, "__name__", "?")
+        if not isinstance(owner, type):
+            label = owner.__name__
+        out.append(f"{label}.{name}")
+    return out
 
 
 def _track_captures(module) -> None:
@@ -101,12 +161,37 @@ def _track_captures(module) -> None:
 
 
 def _patch_module(module) -> None:
-    for cls_name in TARGETS.get(module.__name__, ()):
+    classes, functions = ENTRY_POINTS.get(module.__name__, ((), ()))
+    for cls_name in classes:
         cls = getattr(module, cls_name, None)
-        if cls is None or not callable(getattr(cls, "plan", None)):
+        if isinstance(cls, type):
+            _patch_class(cls)
+    for fn_name in functions:
+        fn = getattr(module, fn_name, None)
+        if not callable(fn) or is_wrapped(fn):
             continue
-        if wrap_attr(cls, "plan", _make_plan):
-            _patched.append((cls, "plan"))
+        if wrap_attr(module, fn_name, _make_plan):
+            _patched.append((module, fn_name))
+            # modules that imported it by name before now (``from flashinfer import fast_decode_plan``)
+            for prefix in REBIND_PREFIXES:
+                rebind_everywhere(fn, getattr(module, fn_name), prefix)
+
+
+def _patch_class(cls) -> None:
+    raw = None
+    for klass in cls.__mro__:
+        if "plan" in klass.__dict__:
+            raw = klass.__dict__["plan"]
+            break
+    if raw is None or not callable(raw):
+        return
+    original = getattr(raw, "__wrapped__", raw) if is_wrapped(raw) else raw
+    # plan and every name bound to the same function in the class bodies (begin_forward = plan)
+    names = ["plan"] + [n for klass in cls.__mro__ for n, v in vars(klass).items()
+                        if n != "plan" and v is original]
+    for name in dict.fromkeys(names):
+        if wrap_attr(cls, name, _make_plan):
+            _patched.append((cls, name))
 
 
 def _capturing() -> bool:
@@ -131,58 +216,123 @@ def _in_graph(wrapper) -> bool:
 
 def _make_plan(orig):
     def plan(self, *args, **kwargs):
-        try:
+        if getattr(_local, "depth", 0):  # an outer entry point of ours handles the overflow
             return orig(self, *args, **kwargs)
-        except RuntimeError as first:
-            info = parse_overflow(first)
-            buf = getattr(self, "_float_workspace_buffer", None)
-            if info is None or buf is None:
-                raise
+        _local.depth = 1
+        try:
             try:
-                return _recover(self, orig, args, kwargs, first, info, buf)
-            except _CannotHelp:
-                raise first from None
+                return orig(self, *args, **kwargs)
+            except RuntimeError as exc:
+                info = parse_overflow(exc)
+                if info is None:
+                    raise
+                first = exc
+            # outside the except block: nothing of ours gets chained to FlashInfer's error
+            try:
+                done, out = _recover(self, orig, args, kwargs, first, info)
+            except Exception:
+                done, out = False, None
+            if done:
+                return out
+            raise first
+        finally:
+            _local.depth = 0
     return plan
 
 
-class _CannotHelp(Exception):
-    pass
+class _Grown:
+    """The workspaces grown for one recovery, and how to give them back."""
+
+    def __init__(self, wrapper, in_place: bool):
+        self.wrapper, self.in_place = wrapper, in_place
+        self.saved: dict[str, tuple] = {}  # attr -> (tensor, bytes before)
+
+    def grow(self, attr: str, size: int) -> None:
+        buf = getattr(self.wrapper, attr, None)
+        if buf is None:
+            raise LookupError(attr)
+        if attr not in self.saved:
+            self.saved[attr] = (buf, _nbytes(buf))
+        if _nbytes(buf) >= size:
+            return
+        per = max(1, int(buf.element_size()))
+        n = -(-size // per)
+        if self.in_place:
+            buf.resize_(n)
+        else:
+            setattr(self.wrapper, attr, self.saved[attr][0].new_empty(n))
+
+    def give_back(self) -> None:
+        for attr, (buf, before) in self.saved.items():
+            try:
+                if self.in_place:
+                    per = max(1, int(buf.element_size()))
+                    # a fresh storage of the old size: resize_ alone would keep the grown capacity
+                    buf.set_(buf.new_empty(before // per))
+                else:
+                    setattr(self.wrapper, attr, buf)
+            except Exception:
+                pass
+
+    def after(self, attr: str) -> int:
+        buf = getattr(self.wrapper, attr, None)
+        return _nbytes(buf) if buf is not None else 0
 
 
-def _recover(wrapper, orig, args, kwargs, first, info, buf):
+_BUFFERS = {"float": ("_float_workspace_buffer",),
+            "int": ("_int_workspace_buffer", "_pin_memory_int_workspace_buffer")}
+
+
+def _recover(wrapper, orig, args, kwargs, first, info):
+    """(True, result) once a retried plan fits, else (False, None) with everything grown
+    given back."""
     log = _state["log"]
-    before = _nbytes(buf)
+    kind = buffer_kind(info["name"])
+    main = _BUFFERS[kind][0]
+    if getattr(wrapper, main, None) is None:
+        return False, None
+    before = {k: _nbytes(getattr(wrapper, _BUFFERS[k][0])) for k in _BUFFERS
+              if getattr(wrapper, _BUFFERS[k][0], None) is not None}
     in_place = graphs_captured() == 0 and not _capturing()
     if not in_place and _in_graph(wrapper):
         _say(log, f"safety net: {info['name']} needs {info['size']} bytes, only {info['available']} available "
-                  f"in {before / MIB:.0f} MiB, but a captured CUDA graph holds this buffer; error left as is")
-        raise _CannotHelp
-    size = before
+                  f"in the {before[kind] / MIB:.0f} MiB {kind} workspace, but a captured CUDA graph holds this "
+                  f"buffer; FlashInfer's error left as is")
+        return False, None
+    grown = _Grown(wrapper, in_place)
     for _ in range(MAX_TRIES):
-        used = size - info["available"]
+        kind = buffer_kind(info["name"])
+        attrs = [a for a in _BUFFERS[kind] if getattr(wrapper, a, None) is not None]
+        have = _nbytes(getattr(wrapper, attrs[0]))
+        used = have - info["available"]
         size = -(-(used + info["size"] + info["align"]) // MIB) * MIB
         try:
-            if in_place:
-                buf.resize_(size)
-            else:
-                buf = buf.new_empty(size)
-                wrapper._float_workspace_buffer = buf
-        except Exception:
-            raise _CannotHelp from None
+            for attr in attrs:
+                grown.grow(attr, size)
+        except Exception as exc:  # the device cannot give the memory, a tensor that cannot grow
+            grown.give_back()
+            _say(log, f"safety net: could not grow the {kind} workspace to {size / MIB:.0f} MiB for "
+                      f"{info['name']} ({type(exc).__name__}); FlashInfer's error propagates")
+            return False, None
         try:
             out = orig(wrapper, *args, **kwargs)
         except RuntimeError as again:
             nxt = parse_overflow(again)
             if nxt is None:
-                raise
+                break
             info = nxt
             continue
         how = "grown in place (shared, before any CUDA graph)" if in_place else "a separate buffer for this eager wrapper"
+        sizes = ", ".join(f"{k} {before.get(k, 0) / MIB:.0f} MiB -> {grown.after(_BUFFERS[k][0]) / MIB:.0f} MiB"
+                          for k in _BUFFERS if _BUFFERS[k][0] in grown.saved)
         _say(log, f"safety net: FlashInfer plan() overflowed the workspace ({first_name(first)}: "
                   f"{parse_overflow(first)['size']} bytes, only {parse_overflow(first)['available']} available "
-                  f"of {before / MIB:.0f} MiB); {how}: {before / MIB:.0f} MiB -> {size / MIB:.0f} MiB, plan retried")
-        return out
-    raise _CannotHelp
+                  f"of {before.get(buffer_kind(first_name(first)), 0) / MIB:.0f} MiB); {how}: {sizes}, plan retried")
+        return True, out
+    grown.give_back()
+    _say(log, f"safety net: FlashInfer plan() still overflows after growing the workspace ({first_name(first)}); "
+              f"grown memory given back, FlashInfer's error propagates")
+    return False, None
 
 
 def first_name(exc) -> str:

@@ -86,6 +86,15 @@ class ServingLimits:
     # FlashInfer, so requests share no KV). None: one full-context request plus
     # one-token requests.
     kv_pool_tokens: int | None = None
+    # Decode requests planned per running sequence: SGLang's EAGLE draft steps with
+    # --speculative-eagle-topk k plan k x bs decode requests (flashinfer_backend.py
+    # 0.5.23:2501 ``bs = self.topk * num_seqs``; per-graph wrappers for ``bs * topk``).
+    decode_requests_per_seq: int = 1
+    # Whether CUDA-graph decode batches of one query token are captured besides the
+    # verify graphs. vLLM with speculative decoding captures its uniform decode graphs
+    # with 1 + draft tokens each (CudagraphDispatcher.initialize_cudagraph_keys(mode,
+    # uniform_decode_query_len=1 + num_speculative_tokens)), none of one token.
+    one_token_graphs: bool = True
 
     def __post_init__(self):
         object.__setattr__(self, "capture_sizes", tuple(sorted({int(b) for b in self.capture_sizes})))
@@ -101,6 +110,8 @@ class ServingLimits:
             raise ValueError(f"capture_unit must be 'requests' or 'tokens', got {self.capture_unit!r}")
         if self.verify_q_len is not None and int(self.verify_q_len) < 1:
             raise ValueError("verify_q_len must be >= 1")
+        if int(self.decode_requests_per_seq) < 1:
+            raise ValueError("decode_requests_per_seq must be >= 1")
         for name in ("fixed_split_prefill", "fixed_split_decode", "kv_pool_tokens"):
             v = getattr(self, name)
             if v is not None and int(v) <= 0:
@@ -310,8 +321,11 @@ def _graph_scenarios(ctx, layout, limits, gpu, flashinfer_version, planners, cal
     uniform = _uniform_for(caller, flashinfer_version, planners)
     if planners.decode not in ("fa2", "fa3", "decode"):
         return
+    if not limits.one_token_graphs and limits.speculative and limits.verify_in_graph:
+        return
+    k = int(limits.decode_requests_per_seq)
     for size in limits.capture_sizes:
-        b = limits.graph_requests(size, 1)
+        b = limits.graph_requests(size, 1) * k
         if b < 1:
             continue
         if planners.decode == "fa2":
@@ -329,6 +343,11 @@ def _verify_scenarios(ctx, layout, limits, gpu, flashinfer_version, planners, ca
     if not (limits.speculative and limits.verify_in_graph and planners.decode in ("fa2", "fa3", "decode")):
         return
     q = limits.verify_tokens
+    # vLLM verifies through FlashInfer's decode wrapper (plan / fast_decode_plan with
+    # q_len_per_req), which passes uniform_q_len = q_len_per_req to the planner from 0.6.16
+    # (flashinfer/decode.py 0.6.16:1200,3902; 0.7.2:1795,5025); SGLang verifies through
+    # the paged prefill wrapper, which passes 0 (prefill.py 0.7.2:2522).
+    uniform = q if (caller == "vllm" and q > 1) else 0  # fm.prefill_plan drops it before 0.6.16
     for size in limits.capture_sizes:
         b = limits.graph_requests(size, q)
         if b < 1:
@@ -336,7 +355,7 @@ def _verify_scenarios(ctx, layout, limits, gpu, flashinfer_version, planners, ca
         if planners.decode == "fa3":
             plan, name = ctx.fa3([(q, b)], b * q, True), "fa3"
         else:
-            plan, name = ctx.fa2([(q, 1, b)], b * q, True), "fa2"
+            plan, name = ctx.fa2([(q, 1, b)], b * q, True, uniform), "fa2"
         scenarios.append(Scenario("cuda_graph_verify", b, q, plan, name))
 
 
@@ -349,19 +368,20 @@ def _eager_decode_scenarios(ctx, layout, limits, gpu, flashinfer_version, planne
         return
     min_chunk_pages, max_pages = _page_bounds(layout, limits)
     fa2_max_bs = max(0, 2 * gpu.num_sms) // layout.num_kv_heads
+    max_requests = limits.max_num_seqs * int(limits.decode_requests_per_seq)
     if planners.decode == "fa2":
-        kv = _long_kv_batch(fa2_max_bs, limits.max_num_seqs, min_chunk_pages, max_pages)
+        kv = _long_kv_batch(fa2_max_bs, max_requests, min_chunk_pages, max_pages)
         if kv:
             groups = [(1, p, c) for p, c in kv]
             n = sum(c for _, c in kv)
             scenarios.append(Scenario("eager_decode", n, 1, ctx.fa2(groups, n, False), "fa2"))
     elif planners.decode == "fa3":
-        n = max(1, limits.max_num_seqs)
+        n = max(1, max_requests)
         scenarios.append(Scenario("eager_decode", n, 1, ctx.fa3([(1, n)], n, False), "fa3"))
     elif planners.decode == "decode":
         bps = planners.decode_blocks_per_sm or decode_blocks_per_sm_bound(layout, gpu)
         cap = (bps * gpu.num_sms) // layout.num_kv_heads
-        kv = _long_kv_batch(cap, limits.max_num_seqs, min_chunk_pages, max_pages)
+        kv = _long_kv_batch(cap, max_requests, min_chunk_pages, max_pages)
         if kv:
             n = sum(c for _, c in kv)
             scenarios.append(Scenario("eager_decode", n, 1, ctx.cuda_decode(kv, False), "decode"))

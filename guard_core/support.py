@@ -59,6 +59,9 @@ FLASHINFER_RELEASES = (
      "PrefillPlan takes num_colocated_ctas (max grid = 2 * SMs - colocated CTAs)"),
     ("0.6.14", "vo512_rule", "0.6.14-0.6.15", None,
      "FA2DetermineCtaTileQ: value head dim >= 512 -> query tile 16 / 32"),
+    ("0.6.15", "fa3_head_dim_gate", None, None,
+     "determine_attention_backend picks FA3 only for head dims 64/128/256 and 192/128 "
+     "(is_fa3_prefill_head_dim_supported, flashinfer/utils.py; absent in 0.6.14)"),
     ("0.6.16", "uniform_q_len", "0.6.16-0.6.17", None,
      "PrefillPlan takes uniform_q_len for CUDA-graph plans"),
     ("0.6.16", "moe_trtllm_aarch64_ok", None, None,

@@ -415,14 +415,30 @@ class _Sizing:
         # speculative verify: SGLang's speculative_num_draft_tokens already counts the
         # verified (bonus) token; a verify request holds exactly that many query tokens
         verify_q = None
-        if _server_field(runner, "speculative_algorithm", "spec"):
+        per_seq = 1
+        spec = _server_field(runner, "speculative_algorithm", "spec")
+        draft_runner = bool(getattr(runner, "is_draft_worker", False))
+        if spec and draft_runner:
+            # the draft model's runner: its multi-step draft backends decode topk x bs requests
+            # per step (FlashInferMultiStepDraftBackend.common_template, flashinfer_backend.py
+            # 0.5.5:1446, 0.5.23:2501 ``bs = self.topk * num_seqs``); it verifies nothing
+            topk = _server_field(runner, "speculative_eagle_topk", "spec")
+            try:
+                per_seq = max(1, int(topk or 1))
+            except (TypeError, ValueError):
+                per_seq = 1
+        elif spec:
             verify_q = int(_server_field(runner, "speculative_num_draft_tokens", "spec") or 0) or None
             if verify_q is None:
                 missing.append("speculative_num_draft_tokens")
         limits = ServingLimits(capture_sizes=captures, max_num_seqs=max_seqs,
                                max_num_batched_tokens=int(chunk),
                                draft_tokens=max(0, (verify_q or 1) - 1), verify_q_len=verify_q, eager=True,
-                               max_model_len=getattr(mc, "context_len", None))
+                               max_model_len=getattr(mc, "context_len", None),
+                               decode_requests_per_seq=per_seq,
+                               # the target captures TARGET_VERIFY graphs only when speculating
+                               # (cuda_graph_runner.py 0.5.5:263-277: capture_forward_mode = TARGET_VERIFY)
+                               one_token_graphs=not (spec and not draft_runner))
         fixed = None
         if _deterministic(runner):
             limits, fixed = _fixed_split_limits(limits, runner)

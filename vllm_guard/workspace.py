@@ -247,11 +247,17 @@ def facts(builder, gpu):
     if trt_usable is None:
         missing.append("use_trtllm_decode_attention")
     q_prefill, q_decode = _query_dtypes(builder)
+    ac = getattr(vc, "attention_config", None)
+    force = getattr(ac, "use_trtllm_attention", None)
     pfacts = PlannerFacts(
         framework="vllm", cc=tuple(gpu.cc) if gpu is not None else None,
         kv_dtype=str(kv) if kind is not None else None,
         trtllm_attention=trt_usable, trtllm_decode=trt_decode, dcp_size=dcp, tensor_core_decode=True,
-        q_prefill=q_prefill, q_decode=q_decode)
+        q_prefill=q_prefill, q_decode=q_decode,
+        trtllm_force=force if isinstance(force, bool) else None,
+        has_sinks=bool(getattr(builder, "has_sinks", False)),
+        noncausal=bool(getattr(ac, "use_non_causal", False)),
+        q_quant_disabled=bool(getattr(ac, "disable_flashinfer_q_quantization", False)))
 
     spec_cfg = getattr(vc, "speculative_config", None)
     draft = int(getattr(spec_cfg, "num_speculative_tokens", 0) or 0) if spec_cfg is not None else 0
@@ -275,6 +281,7 @@ def facts(builder, gpu):
         max_model_len=int(getattr(builder.model_config, "max_model_len", 0) or 0) or None,
         verify_in_graph=verify_in_graph,
         capture_unit="tokens",
+        one_token_graphs=False,
     )
     kv_options = None if kv_bytes else (2, 1)
     return layout, limits, pfacts, kv_options, missing

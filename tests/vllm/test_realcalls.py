@@ -376,3 +376,16 @@ def test_realcalls_exact_allocates_the_need():
 
 if not SEED_LINE:
     del test_realcalls_safety_net_recovers_from_an_understated_model, test_realcalls_exact_allocates_the_need
+
+
+@pytest.mark.parametrize("group,case", MATRIX, ids=[f"{c}" for _, c in MATRIX])
+def test_realcalls_both_directions(groups, group, case):
+    """Issue 17's comparison on every matrix case (tests/differential/compare.py): never below
+    the largest real plan, never more than 1 MiB above it (``exact``), no predicted planner
+    that never ran, no call on a planner the guard did not predict."""
+    sys.path.insert(0, str(REPO))
+    from tests.differential.compare import findings
+
+    r = groups.get(group).get("guard", case)
+    found = findings(r)
+    assert not found, f"{case}: " + "; ".join(f"{k}: {d}" for k, d in found)
