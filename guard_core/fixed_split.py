@@ -176,6 +176,7 @@ def assess(layout, limits, gpu, version: str, planners, caller: str, *, server_b
         over = f" at {where}"
     text = (f"{head}{over}, more than {WORKSPACE_MAX} {settings.describe_workspace_max()} = {_mib(max_bytes)} "
             f"of this GPU; buffer {_mib(alloc)} ({server}'s forced {_mib(server_bytes)}"
-            f"{'' if alloc == server_bytes else ', raised'}): prompts up to {longest:,} tokens fit, longer ones "
-            f"fail with FlashInfer's buffer overflow; for the full {ctx:,}-token context: {' or '.join(parts)}")
+            f"{'' if alloc == server_bytes else ', raised'}): prompts up to {longest:,} tokens fit, a longer one "
+            f"overflows it (the safety net then grows the buffer for that call if the GPU has the memory); "
+            f"for the full {ctx:,}-token context: {' or '.join(parts)}")
     return FixedSplitAssessment(need, server_bytes, max_bytes, False, alloc, ctx, longest, fixes, dom, text)

@@ -576,8 +576,10 @@ class _Sizing:
             log().debug(f"workspace: reusing this process's buffer; {dec.text}", key="workspace.reuse")
             return
         _reported.append(True)
-        if dec.action == "limit" and _early_said:  # said once already, before the weights loaded
+        if dec.action == "limit" and _early_said and dec.text.startswith(_early_said[-1]):
+            # said once already, before the weights loaded: only what was applied, at info
             from dataclasses import replace
 
-            dec = replace(dec, level="info")
+            dec = replace(dec, level="info", text=f"deterministic inference: {dec.allocate_bytes} bytes allocated, "
+                                                  "the limit as stated before loading weights")
         log().decision(dec, key=f"workspace:{dec.action}:{dec.numbers.get('need_bytes')}:{dec.allocate_bytes}")

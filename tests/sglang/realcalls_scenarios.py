@@ -56,7 +56,16 @@ GQA2_LLAMA = {
     "intermediate_size": 11008, "vocab_size": 32000, "max_position_embeddings": 32768,
     "rms_norm_eps": 1e-6, "rope_theta": 10000, "torch_dtype": "bfloat16",
 }
-MODELS = {"qwen3vl": sc.QWEN3_VL_32B, "qwen35": sc.QWEN35_SHAPED_LLAMA, "gqa2": GQA2_LLAMA}
+# Deterministic-inference reports (docs/deterministic.md): the GB10 report's attention shape
+# (24 q / 4 kv heads, head_dim 256) and Qwen3-Next-80B-A3B's full-attention layers (16 q / 2 kv,
+# head_dim 256), each as a Llama-architecture config (not on SGLang's 512 MiB list; the mode
+# forces 2 GiB anyway). max_position_embeddings 131072; the scenario's --context-length decides.
+GB10_REPORT = dict(GQA2_LLAMA, num_attention_heads=24, num_key_value_heads=4, head_dim=256, hidden_size=6144,
+                   max_position_embeddings=131072)
+QWEN3_NEXT_FULL_ATTN = dict(GQA2_LLAMA, num_attention_heads=16, num_key_value_heads=2, head_dim=256,
+                            hidden_size=2048, max_position_embeddings=131072)
+MODELS = {"qwen3vl": sc.QWEN3_VL_32B, "qwen35": sc.QWEN35_SHAPED_LLAMA, "gqa2": GQA2_LLAMA,
+          "gb10_report": GB10_REPORT, "qwen3next_full": QWEN3_NEXT_FULL_ATTN}
 
 # (id, options): the matrix of tests/sglang/test_realcalls.py and
 # benchmarks/bench_realcalls_sglang.py, the same on every SGLang line (H200).
@@ -501,6 +510,56 @@ def _eager(backend, runner, batches, rec, calls, errors, kind):
             calls.append(dict(c, phase=kind, batch=n, q_len=q))
 
 
+def _deterministic(backend, runner, sa, mc, rec, calls, errors, opts):
+    """SGLang --enable-deterministic-inference, eager: each prompt of ``det_prompts`` as the
+    chunk that ends it (``min(chunk, P)`` query tokens, the rest already in the KV, which the
+    paged wrapper sees whole: no ragged wrapper in this mode), then one decode batch of
+    ``det_decode`` requests (KV lengths in tokens). Calls are tagged fixed_split_prefill /
+    fixed_split_decode, the core's scenario names."""
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
+
+    chunk = int(opts.get("chunk") or sa.chunked_prefill_size)
+    for P in opts.get("det_prompts", []):
+        q = min(chunk, int(P))
+        prefix = int(P) - q
+        fwd = ForwardBatch(forward_mode=ForwardMode.EXTEND, batch_size=1,
+                           input_ids=torch.zeros((q,), dtype=torch.int64),
+                           req_pool_indices=torch.zeros((1,), dtype=torch.int32),
+                           seq_lens=torch.tensor([int(P)], dtype=torch.int32),
+                           out_cache_loc=torch.zeros((q,), dtype=torch.int64),
+                           seq_lens_sum=int(P), seq_lens_cpu=torch.tensor([int(P)], dtype=torch.int32),
+                           extend_num_tokens=q, extend_seq_lens=torch.tensor([q], dtype=torch.int32),
+                           extend_prefix_lens=torch.tensor([prefix], dtype=torch.int32),
+                           extend_prefix_lens_cpu=[prefix], extend_seq_lens_cpu=[q])
+        n0 = len(rec.calls)
+        rec.tag = "fixed_split_prefill"
+        try:
+            backend.init_forward_metadata(fwd)
+        except Exception as e:
+            errors.append({"phase": "fixed_split_prefill", "batch": 1, "prompt": int(P),
+                           "error": f"{type(e).__name__}: {e}"})
+        for c in _calls_since(rec, n0):
+            calls.append(dict(c, phase="fixed_split_prefill", batch=1, q_len=q, prompt=int(P)))
+    kv = [int(k) for k in opts.get("det_decode", [])]
+    if kv:
+        n = len(kv)
+        fwd = ForwardBatch(forward_mode=ForwardMode.DECODE, batch_size=n,
+                           input_ids=torch.zeros((n,), dtype=torch.int64),
+                           req_pool_indices=torch.arange(n, dtype=torch.int32),
+                           seq_lens=torch.tensor(kv, dtype=torch.int32),
+                           out_cache_loc=torch.zeros((n,), dtype=torch.int64),
+                           seq_lens_sum=sum(kv), seq_lens_cpu=torch.tensor(kv, dtype=torch.int32))
+        n0 = len(rec.calls)
+        rec.tag = "fixed_split_decode"
+        try:
+            backend.init_forward_metadata(fwd)
+        except Exception as e:
+            errors.append({"phase": "fixed_split_decode", "batch": n, "error": f"{type(e).__name__}: {e}"})
+        for c in _calls_since(rec, n0):
+            calls.append(dict(c, phase="fixed_split_decode", batch=n, q_len=1))
+
+
 def _one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts):
     """Build SGLang's backend and make its plan() calls: capture, then the eager batches."""
     from guard_core.versions import flashinfer_version
@@ -510,6 +569,18 @@ def _one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts):
     out, calls, errors = {}, [], []
     t = [time.time()]
     runner = _runner(sa, mc, kv_dtype, pool_size=pool, width=width)
+    if opts.get("early"):
+        # what the guard's pre-check (wrapped around ModelRunner.load_model, before the weights
+        # load: no KV pool yet) says for this runner
+        try:
+            import sglang_guard.workspace as gws
+
+            a = gws.early_fixed_split_check(runner)
+            out["early"] = a.as_dict() if a is not None else None
+        except ImportError:
+            out["early"] = None
+    if opts.get("kv_pool_tokens"):  # a real runner has it once its KV pool exists
+        runner.max_total_num_tokens = int(opts["kv_pool_tokens"])
     backend = fb.FlashInferAttnBackend(runner)
     ws = backend.workspace_buffer
     out["workspace_bytes"] = int(ws.numel() * ws.element_size())
@@ -529,6 +600,11 @@ def _one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts):
         if "eager_decode" in eb:
             _eager(backend, runner, [eb["eager_decode"]], rec, calls, errors, "eager_decode")
         _eager(backend, runner, eb["eager_prefill_candidates"], rec, calls, errors, "eager_prefill")
+    if "det" in phases:
+        out["deterministic"] = {k: getattr(backend, k, None) for k in (
+            "enable_deterministic", "prefill_split_tile_size", "decode_split_tile_size",
+            "disable_cuda_graph_kv_split")}
+        _deterministic(backend, runner, sa, mc, rec, calls, errors, opts)
     t.append(time.time())
     out["calls"] = calls
     out["errors"] = errors
@@ -560,8 +636,10 @@ def run(opts):
     seen = _guard_prediction()
     gpu = _cpu.use_table_gpu(opts.get("gpu", "h200"))
     tmp = tempfile.mkdtemp()
-    model = MODELS[opts.get("model", "qwen3vl")]
+    model = opts.get("model_cfg") or MODELS[opts.get("model", "qwen3vl")]
     sa = _server_args(_cpu.write_model(tmp, "model", model), opts)
+    if opts.get("chunk"):  # after sc.gpu_resolved, which puts back the seed GPU's 16384
+        sa.chunked_prefill_size = int(opts["chunk"])
     sc.setup_logging(sa)
     from sglang.srt.configs.model_config import ModelConfig
 
@@ -584,7 +662,7 @@ def run(opts):
 
             out["unpatched"] = bool(gws.unpatch(fb))
             _forget_process_buffer(fb)
-            out["without_guard"] = _one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts)
+            out["without_guard"] = _one_pass(fb, sa, mc, gpu, rec, kv_dtype, dict(opts, early=False))
     out["gpu"] = {"name": gpu.name, "sms": gpu.num_sms, "cc": list(gpu.cc)}
     out["seconds"] = round(time.time() - t0, 1)
     out["timing"]["import"] = round(t_import - t0, 1)
