@@ -530,6 +530,7 @@ def _one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts):
             _eager(backend, runner, [eb["eager_decode"]], rec, calls, errors, "eager_decode")
         _eager(backend, runner, eb["eager_prefill_candidates"], rec, calls, errors, "eager_prefill")
     t.append(time.time())
+    out["workspace_bytes_after"] = int(backend.workspace_buffer.numel() * backend.workspace_buffer.element_size())
     out["calls"] = calls
     out["errors"] = errors
     out["first_error"] = errors[0]["error"] if errors else None
@@ -552,12 +553,41 @@ def _forget_process_buffer(fb):
     os.environ.pop("SGLANG_FLASHINFER_WORKSPACE_SIZE", None)
 
 
+def _understate():
+    """Fault injection (the safety net's test): every requirement the SGLang adapter gets is
+    short by its dominant plan's largest allocation, so the buffer it sizes is too small and
+    FlashInfer's real planner overflows inside SGLang's own begin_forward."""
+    import dataclasses
+
+    import guard_core.dispatch as d
+
+    real = d.size_choice
+
+    def short(*a, **k):
+        r = real(*a, **k)
+        dom = r.dominant.dominant_allocation if r.dominant else None
+        return dataclasses.replace(r, float_bytes=max(0, r.float_bytes - (dom.bytes if dom else 0)))
+
+    d.size_choice = short
+
+
+def _net_state():
+    try:
+        from guard_core import safety_net
+
+        return {"entry_points": safety_net.patched_entry_points()}
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
 def run(opts):
     t0 = time.time()
     import torch
 
     out = sc.load_guard()
     seen = _guard_prediction()
+    if opts.get("understate"):
+        _understate()
     gpu = _cpu.use_table_gpu(opts.get("gpu", "h200"))
     tmp = tempfile.mkdtemp()
     model = MODELS[opts.get("model", "qwen3vl")]
@@ -585,6 +615,7 @@ def run(opts):
             out["unpatched"] = bool(gws.unpatch(fb))
             _forget_process_buffer(fb)
             out["without_guard"] = _one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts)
+    out["safety_net"] = _net_state()
     out["gpu"] = {"name": gpu.name, "sms": gpu.num_sms, "cc": list(gpu.cc)}
     out["seconds"] = round(time.time() - t0, 1)
     out["timing"]["import"] = round(t_import - t0, 1)

@@ -225,3 +225,36 @@ def test_matrix_each_scenario_matches_the_core_call_for_call(case, opts):
     diff = {f"{k[0]}{'' if k[1] is None else ' bs ' + str(k[1])}": (seen[k], core.get(k)) for k in seen
             if seen[k] != core.get(k)}
     assert not diff, f"(observed, predicted) where they differ: {dict(list(diff.items())[:6])}"
+
+
+# ---------------------------------------------------------------- the safety net in SGLang (issue 17)
+
+def test_safety_net_wraps_every_sglang_planning_entry_point():
+    """SGLang plans only through begin_forward (FlashInfer's class-body alias of plan) and,
+    for CUDA graphs, fast_decode_plan / its own fast_prefill_plan: the net wraps them all."""
+    r = realcalls(model="qwen35", phases=["capture"]).result
+    eps = set(r["safety_net"]["entry_points"])
+    for cls in ("BatchPrefillWithPagedKVCacheWrapper", "BatchPrefillWithRaggedKVCacheWrapper",
+                "BatchDecodeWithPagedKVCacheWrapper"):
+        assert f"{cls}.plan" in eps and f"{cls}.begin_forward" in eps, sorted(eps)
+    assert "flashinfer.decode.fast_decode_plan" in eps, sorted(eps)
+
+
+def test_safety_net_recovers_inside_sglangs_own_capture():
+    """The core's need under-stated by one allocation and SGLang's buffer set small by the
+    user (8 MiB, raised by the guard to the short need): FlashInfer's real planner overflows
+    in SGLang's begin_forward at the largest capture batch (before any graph), the net grows
+    the shared buffer in place and re-plans. No error reaches SGLang; one warning."""
+    run = realcalls(env={"SGLANG_FLASHINFER_WORKSPACE_SIZE": str(8 * MIB)}, model="qwen35", understate=True,
+                    phases=["capture"])
+    r = run.result
+    failed = [c for c in r["calls"] if not c["ok"]]
+    assert failed, "the understated model did not make FlashInfer overflow (nothing tested)"
+    assert "Buffer overflow" in (failed[0].get("error") or "")
+    assert r["errors"] == [], r["errors"][:2]
+    net = run.lines("workspace")
+    net = [ln for ln in net if "safety net" in ln]
+    assert len(net) == 1 and "plan retried" in net[0], run.guard_lines
+    largest = max(c["float_bytes"] for c in r["calls"] if c["ok"])
+    assert r["workspace_bytes"] < largest <= r["workspace_bytes_after"]  # grown in place, same tensor
+    assert r["calls"][-1]["ok"]

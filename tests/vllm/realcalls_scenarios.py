@@ -411,7 +411,9 @@ def prediction(builder, module) -> dict:
         out["need_bytes"] = req.float_bytes
         out["notes"] = list(req.notes)
         out["scenarios"] = [{"name": s.name, "batch": s.batch, "q_len": s.q_len, "planner": s.planner,
-                             "float_bytes": s.float_bytes, "int_bytes": s.int_bytes} for s in req.scenarios]
+                             "float_bytes": s.float_bytes, "int_bytes": s.int_bytes,
+                             "witness": [list(g) for g in getattr(s, "witness", ()) or ()]}
+                            for s in req.scenarios]
         out["dominant"] = ({"name": req.dominant.name, "batch": req.dominant.batch, "q_len": req.dominant.q_len}
                            if req.dominant else None)
     except Exception as exc:  # reported to the test, which fails on it
@@ -484,6 +486,15 @@ def eager_batches(case: Case, preds: list[dict]) -> list[tuple[str, list[int], l
         for s in pred.get("scenarios", []):
             if s["name"] in ("eager_decode", "eager_prefill") and (s["name"], s["batch"], s["q_len"]) not in shapes:
                 shapes.append((s["name"], s["batch"], s["q_len"]))
+    # the guard's own witness batches (inputs only: the bytes they need come from the real planner)
+    for pred in preds:
+        page = int((pred.get("layout") or {}).get("page_size") or 16) if isinstance(pred.get("layout"), dict) else 16
+        for s in pred.get("scenarios", []):
+            w = s.get("witness") or []
+            if s["name"] in ("eager_decode", "eager_prefill") and w:
+                qlens = [int(q) for q, _p, c in w for _ in range(int(c))]
+                seqs = [min(mml, int(p) * page) for q, p, c in w for _ in range(int(c))]
+                out.append((f"witness_{s['name']}:{len(qlens)}x{qlens[0]}", qlens, seqs))
     for name, n, q in shapes:
         n, q = int(n), int(q)
         n = max(1, min(n, mns, mbt // max(q, 1)))
@@ -675,9 +686,6 @@ def main(argv=None) -> None:
         gpu_key, cubins, cases = args.gpu, not args.no_cubins, None
     else:
         gpu_key, cubins, cases = GROUPS[args.group]
-    if args.cases:
-        wanted = set(args.cases.split(","))
-        cases = [c for c in cases if c.name in wanted]
     phases = [x for x in args.phases.split(",") if x]
     name, sms, cc = GPUS[gpu_key]
     if not cubins:
@@ -702,6 +710,9 @@ def main(argv=None) -> None:
             cases.append(c)
             GROUP_GPU[c.name] = gpu_key
             SOURCES[c.name] = source
+    if args.cases:
+        wanted = set(args.cases.split(","))
+        cases = [c for c in cases if c.name in wanted]
     cpu_kernels(module)
     cpu_only_impl_buffers()  # vLLM 0.33's FlashInferImpl: TRT-LLM counter buffer on "cuda" -> CPU
     if hasattr(module, "get_device_sm_count"):  # ... and the SM count: this scenario's GPU (the stand-in)
