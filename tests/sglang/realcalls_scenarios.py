@@ -56,7 +56,10 @@ GQA2_LLAMA = {
     "intermediate_size": 11008, "vocab_size": 32000, "max_position_embeddings": 32768,
     "rms_norm_eps": 1e-6, "rope_theta": 10000, "torch_dtype": "bfloat16",
 }
-MODELS = {"qwen3vl": sc.QWEN3_VL_32B, "qwen35": sc.QWEN35_SHAPED_LLAMA, "gqa2": GQA2_LLAMA}
+# Llama-3.1-8B's attention (32 q / 8 kv, head_dim 128: meta-llama/Llama-3.1-8B-Instruct config.json),
+# the EAGLE report of issue 17; a 4096-token context keeps SGLang's draft index buffers small
+LLAMA8B = dict(GQA2_LLAMA, num_key_value_heads=8, max_position_embeddings=4096)
+MODELS = {"qwen3vl": sc.QWEN3_VL_32B, "qwen35": sc.QWEN35_SHAPED_LLAMA, "gqa2": GQA2_LLAMA, "llama8b": LLAMA8B}
 
 # (id, options): the matrix of tests/sglang/test_realcalls.py and
 # benchmarks/bench_realcalls_sglang.py, the same on every SGLang line (H200).
@@ -165,6 +168,13 @@ class _HostKvTranslator:
     def bind_runner_slots(self, forward_batch):
         return None
 
+    def read_source(self, plan=None, *, req_pool_indices=None, bs=None):
+        """0.5.23's EAGLE draft path reads its index source here (ids untranslated)."""
+        import types
+
+        return types.SimpleNamespace(row_ids=req_pool_indices, ids=self.req_to_token,
+                                     row_stride=int(self.req_to_token.shape[1]), entry_page_size=1, v2p=None)
+
 
 def _segment_packbits_on_host(x, indptr, bitorder="big"):
     """Host version of FlashInfer's CUDA segment_packbits: each segment's bools packed
@@ -252,13 +262,17 @@ def _server_args(model_dir, opts):
     draft = int(opts.get("draft_tokens", 0) or 0)
     if draft:
         kw.update(speculative_algorithm="EAGLE", speculative_draft_model_path=model_dir,
-                  speculative_num_steps=max(1, draft - 1), speculative_eagle_topk=1,
+                  speculative_num_steps=int(opts.get("draft_steps", max(1, draft - 1))),
+                  speculative_eagle_topk=int(opts.get("topk", 1)),
                   speculative_num_draft_tokens=draft)
     sa = sc.gpu_resolved(sc.server_args(model_dir, **kw))
+    if opts.get("max_bs"):  # --cuda-graph-max-bs as the user passed it
+        sa.cuda_graph_max_bs = int(opts["max_bs"])
+        sa.cuda_graph_bs = [b for b in sc.SEED_CAPTURE if b <= int(opts["max_bs"])]
     return sa
 
 
-def _gpu_graph_config():
+def _gpu_graph_config(max_bs=512):
     """0.5.2x resolves the CUDA-graph config into the runtime context; with device="cpu"
     it stays None. Put back what the same launch resolves to on the seed's GPU (decode
     graphs for sc.SEED_CAPTURE, max 512), as sc.gpu_resolved does on the ServerArgs."""
@@ -268,7 +282,8 @@ def _gpu_graph_config():
     except ImportError:
         return
     graph = get_exec().graph
-    cfg = with_phase(default_cuda_graph_config(), Phase.DECODE, bs=list(sc.SEED_CAPTURE), max_bs=512)
+    cfg = with_phase(default_cuda_graph_config(), Phase.DECODE, bs=[b for b in sc.SEED_CAPTURE if b <= max_bs],
+                     max_bs=max_bs)
     object.__setattr__(graph, "cuda_graph_config", cfg)
     fields = graph.__dict__.get("_fields")
     if isinstance(fields, dict):
@@ -276,6 +291,7 @@ def _gpu_graph_config():
 
 
 def _runner(sa, mc, kv_dtype, *, pool_size, width):
+    max_bs = int(getattr(sa, "cuda_graph_max_bs", None) or 512)
     import torch
 
     runner = _cpu.model_runner(sa, mc, kv_cache_dtype=kv_dtype, pool_size=pool_size)
@@ -285,7 +301,7 @@ def _runner(sa, mc, kv_dtype, *, pool_size, width):
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     runner.spec_algorithm = SpeculativeAlgorithm.from_string(sa.speculative_algorithm)
-    _gpu_graph_config()
+    _gpu_graph_config(max_bs)
     if hasattr(runner, "kv_index_translator"):  # 0.5.2x: set to None by _cpu.model_runner
         runner.kv_index_translator = _HostKvTranslator(runner.req_to_token_pool.req_to_token)
     return runner
@@ -501,6 +517,98 @@ def _eager(backend, runner, batches, rec, calls, errors, kind):
             calls.append(dict(c, phase=kind, batch=n, q_len=q))
 
 
+class _DraftIndicesOnHost:
+    """Host version of SGLang's Triton ``generate_draft_decode_kv_indices`` (spec_utils.py
+    0.5.5:219-296; 0.5.23 keeps the arguments the planner depends on in the same places):
+    launched on the grid (steps[, x token blocks], num_seqs, topk), it writes, for every draft
+    step i, ``kv_indptr[i, z] = sum(positions[:z]) + z * (i + 1)`` for z = 1 .. num_seqs * topk
+    (each branch attends its sequence plus the i + 1 draft tokens so far). The KV index
+    values themselves are never read by the planner and are left as they are."""
+
+    def __init__(self, steps: int):
+        self.steps = steps
+
+    def __getitem__(self, grid):
+        num_seqs, topk = int(grid[1]), int(grid[2])
+
+        def launch(*args, **kwargs):
+            import torch
+
+            kv_indptr, positions = args[4], args[5]
+            pos = positions.to("cpu").to(torch.int64)[: num_seqs * topk]
+            cum = torch.zeros(num_seqs * topk + 1, dtype=torch.int64)
+            cum[1:] = torch.cumsum(pos, 0)
+            z = torch.arange(num_seqs * topk + 1, dtype=torch.int64)
+            for i in range(self.steps):
+                kv_indptr[i, : num_seqs * topk + 1] = (cum + z * (i + 1)).to(kv_indptr.dtype)
+        return launch
+
+
+def _draft_pass(fb, sa, mc, gpu, rec, kv_dtype, opts, seen):
+    """SGLang's multi-step EAGLE draft backend on a draft-worker runner: its own __init__
+    (steps - 1 FlashInferAttnBackend(skip_prefill=True), each sized by the guard), its CUDA-graph
+    state, and the capture-time metadata call of each capture size (largest first), which plans
+    topk x bs decode requests per step through SGLang's own begin_forward / fast_decode_plan."""
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
+
+    try:
+        from sglang.srt.speculative.eagle_info import EagleDraftInput
+    except ImportError:  # older layout
+        from sglang.srt.speculative.eagle_utils import EagleDraftInput
+
+    topk, steps = int(opts["topk"]), int(opts.get("draft_steps", 3))
+    pool = int(opts.get("pool_size", 4096))
+    runner = _runner(sa, mc, kv_dtype, pool_size=pool, width=int(opts.get("kv_width", 40000)))
+    runner.is_draft_worker = True
+    n_sizings = len(seen["sizings"])
+    draft = fb.FlashInferMultiStepDraftBackend(runner, topk, steps)
+    draft.generate_draft_decode_kv_indices = _DraftIndicesOnHost(steps)
+    sizings = [x for x in seen["sizings"][n_sizings:] if x is not None]
+    out = {"calls": [], "errors": [], "backends": len(draft.attn_backends)}
+    out["prediction"] = _prediction_dict({"sizings": sizings}) if sizings else None
+    ws = draft.attn_backends[0].workspace_buffer
+    out["workspace_bytes"] = int(ws.numel() * ws.element_size())
+    try:  # <= 0.5.1x
+        from sglang.srt.model_executor import cuda_graph_runner as cgr
+
+        get_sizes = cgr.get_batch_sizes_to_capture
+    except ImportError:
+        from sglang.srt.model_executor.runner import base_cuda_graph_runner as bcgr
+
+        get_sizes = bcgr.get_batch_sizes_to_capture
+    capture_bs, _ = get_sizes(runner)
+    max_bs = max(capture_bs)
+    draft.init_cuda_graph_state(max_bs, max_bs * topk)
+    fill = draft.attn_backends[0].get_cuda_graph_seq_len_fill_value()
+    for bs in reversed(capture_bs):
+        n = bs * topk
+        spec_info = EagleDraftInput(topk_p=torch.zeros((bs, topk)), topk_index=torch.zeros((bs, topk), dtype=torch.int64),
+                                    hidden_states=torch.zeros((bs, 8)))
+        seq_lens = torch.full((bs,), fill, dtype=torch.int32)
+        kw = dict(forward_mode=ForwardMode.DECODE, batch_size=bs, input_ids=torch.zeros((n,), dtype=torch.int64),
+                  req_pool_indices=torch.zeros((bs,), dtype=torch.int32), seq_lens=seq_lens,
+                  seq_lens_cpu=seq_lens.clone(), seq_lens_sum=int(seq_lens.sum()),
+                  out_cache_loc=torch.zeros((n * steps,), dtype=torch.int64),
+                  positions=torch.full((n,), fill, dtype=torch.int64), spec_info=spec_info,
+                  spec_algorithm=runner.spec_algorithm, req_to_token_pool=runner.req_to_token_pool)
+        fields = set(getattr(ForwardBatch, "__dataclass_fields__", {}))
+        fwd = ForwardBatch(**{k: v for k, v in kw.items() if not fields or k in fields})
+        n0 = len(rec.calls)
+        rec.tag = "draft_capture"
+        try:
+            if hasattr(draft, "init_forward_metadata_capture_cuda_graph"):
+                draft.init_forward_metadata_capture_cuda_graph(fwd)
+            else:
+                draft.init_forward_metadata_out_graph(fwd, in_capture=True)
+        except Exception as e:
+            out["errors"].append({"phase": "draft_capture", "batch": bs, "error": f"{type(e).__name__}: {e}"})
+        for c in _calls_since(rec, n0):
+            out["calls"].append(dict(c, phase="cuda_graph_draft_decode", batch=bs, q_len=1))
+    out["capture_bs"] = list(capture_bs)
+    return out
+
+
 def _one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts):
     """Build SGLang's backend and make its plan() calls: capture, then the eager batches."""
     from guard_core.versions import flashinfer_version
@@ -607,6 +715,8 @@ def run(opts):
         out.update(_one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts))
         out["prediction"] = _prediction_dict(seen)
         out["sglang_server_bytes"] = seen["server_bytes"][-1] if seen["server_bytes"] else None
+        if opts.get("topk"):
+            out["draft"] = _draft_pass(fb, sa, mc, gpu, rec, kv_dtype, opts, seen)
         if opts.get("also_without_guard") and out["registered"]:
             # The same process with the guard's wrapper taken off again (its undo) and
             # SGLang's per-process buffer forgotten: SGLang's own sizing and calls.

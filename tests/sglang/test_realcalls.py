@@ -258,3 +258,28 @@ def test_safety_net_recovers_inside_sglangs_own_capture():
     largest = max(c["float_bytes"] for c in r["calls"] if c["ok"])
     assert r["workspace_bytes"] < largest <= r["workspace_bytes_after"]  # grown in place, same tensor
     assert r["calls"][-1]["ok"]
+
+
+# ---------------------------------------------------------------- EAGLE topk > 1 (issue 17)
+
+def test_eagle_topk_draft_decode_through_sglangs_own_draft_backend():
+    """Llama-3.1-8B's attention (32/8/128), --cuda-graph-max-bs 64 --speculative-eagle-topk 8
+    --speculative-num-draft-tokens 8, under FLASHINFER_GUARD_WORKSPACE=exact: SGLang's own
+    FlashInferMultiStepDraftBackend plans topk x bs = 512 decode requests per draft step at
+    capture. The guard sizes the draft runner's backends for them (it sized 39.8 MiB, the
+    target's need, where the draft steps plan 40.2 MiB on FlashInfer 0.7.2): no draft plan
+    overflows, and the draft need is the largest real draft plan within 1 MiB."""
+    run = realcalls(env={"FLASHINFER_GUARD_WORKSPACE": "exact"}, model="llama8b", draft_tokens=8, topk=8,
+                    draft_steps=3, max_bs=64, phases=["capture"])
+    r = run.result
+    d = r["draft"]
+    assert r["errors"] == [] and d["errors"] == [], (r["errors"][:1], d["errors"][:1])
+    calls = d["calls"]
+    assert calls and all(c["batch_size"] == 8 * c["batch"] for c in calls), calls[:1]
+    real = max(c["float_bytes"] for c in calls)
+    pred = d["prediction"]
+    assert pred is not None and real <= pred["float_bytes"] <= real + MIB, (pred["float_bytes"], real)
+    assert d["workspace_bytes"] >= real
+    assert all(c["ok"] for c in calls)
+    if r["prediction"]["fi_version"] == "0.7.2":  # the report's numbers, FlashInfer 0.7.2
+        assert real == 42204672  # 40.2 MiB
