@@ -343,60 +343,14 @@ def _prediction_dict(seen):
                planners={"prefill": req.planners.prefill, "decode": req.planners.decode},
                notes=list(req.notes),
                scenarios=[{"name": x.name, "batch": x.batch, "q_len": x.q_len, "planner": x.planner,
-                           "float_bytes": x.float_bytes} for x in req.scenarios],
+                           "float_bytes": x.float_bytes,
+                           "witness": [list(g) for g in getattr(x, "witness", ()) or ()]} for x in req.scenarios],
                dominant=None if req.dominant is None else {
                    "name": req.dominant.name, "batch": req.dominant.batch, "q_len": req.dominant.q_len,
                    "float_bytes": req.dominant.float_bytes})
     if s.decision is not None:
         out["decision"] = {"action": s.decision.action, "allocate_bytes": int(s.decision.allocate_bytes),
                            "text": s.decision.text}
-    return out
-
-
-# ---------------------------------------------------------------- the eager batches the core names
-
-def eager_batches(layout_q, layout_kv, head_dim, gpu, fi_version, limits, page_size=1, tensor_core_decode=True):
-    """KV lengths of the core's eager_decode / eager_prefill scenarios: the batches
-    guard_core.sizing builds them from (its _long_kv_batch), for the same limits: split
-    up to FA2's cap (2 * SMs / kv heads), or for CUDA-core decode up to the core's bound
-    on DecodePlan's grid (blocks per SM * SMs / kv heads)."""
-    from guard_core import flashinfer_model as fm
-    from guard_core import sizing
-
-    g = layout_q // layout_kv
-    min_chunk = max(128 // page_size, 1)
-    max_pages = max(1, -(-int(limits["max_model_len"]) // page_size)) if limits.get("max_model_len") else None
-    fa2_max_bs = (2 * gpu.num_sms) // layout_kv
-    out = {}
-    cap = fa2_max_bs
-    if not tensor_core_decode:
-        lay = sizing.AttentionLayout(layout_q, layout_kv, head_dim, head_dim, page_size,
-                                     limits.get("kv_dtype_bytes", 2))
-        cap = (sizing.decode_blocks_per_sm_bound(lay, gpu) * gpu.num_sms) // layout_kv
-    kv = sizing._long_kv_batch(cap, limits["max_num_seqs"], min_chunk, max_pages)
-    if kv:
-        out["eager_decode"] = {"q_len": 1, "kv_pages": [p for p, c in kv for _ in range(c)]}
-    best = []
-    seen = set()
-    cands = {1}
-    for th in (16, 32, 64, 128):
-        cands.add(max(1, -(-(th + 1) // g)))
-        cands.add(max(1, th // g))
-    for q in sorted(cands):
-        if q > limits["max_num_batched_tokens"]:
-            continue
-        cta = fm.cta_tile_q(fi_version, q * g, head_dim, head_dim, limits.get("kv_dtype_bytes", 2), gpu.cc[0],
-                            sizing._optin_smem(gpu))
-        tiles = -(-(q * g) // cta)
-        if (cta, tiles) in seen:
-            continue
-        seen.add((cta, tiles))
-        chunks = fa2_max_bs // tiles if tiles else 0
-        max_req = max(1, min(limits["max_num_seqs"], limits["max_num_batched_tokens"] // q))
-        kvq = sizing._long_kv_batch(chunks, max_req, min_chunk, max_pages) if chunks else None
-        if kvq:
-            best.append({"q_len": q, "kv_pages": [p for p, c in kvq for _ in range(c)]})
-    out["eager_prefill_candidates"] = best
     return out
 
 
@@ -609,9 +563,46 @@ def _draft_pass(fb, sa, mc, gpu, rec, kv_dtype, opts, seen):
     return out
 
 
+def _search(backend, runner, rec, calls, errors, limits, budget, seed):
+    """Random eager batches SGLang's scheduler could send (at most max running requests, at
+    most the chunked-prefill size of new tokens, no request past the context length), then
+    greedy mutations of the one whose real plan was largest. The objective is FlashInfer's
+    own float bytes; nothing here comes from guard_core."""
+    import random
+
+    rng = random.Random(seed * 7919 + 5)
+    mns, mbt, mml = limits["max_num_seqs"], limits["max_num_batched_tokens"], int(limits["max_model_len"])
+    best = (-1, None)
+    tried = 0
+
+    def draw():
+        n = max(1, min(mns, int(rng.choice([1, 2, 4, 8, 16, 32, 64, 128, 256]) * rng.uniform(0.5, 1.5))))
+        q = rng.choice([1, 1, rng.randint(2, 16), rng.randint(17, 128)])
+        q = max(1, min(q, mbt // n))
+        kv = rng.choice([256, 2048, 8192, mml])
+        return q, [max(q + 1, min(mml, int(rng.uniform(q + 1, max(q + 1, kv))))) for _ in range(n)]
+
+    def mutate(q, kv):
+        n = max(1, min(mns, int(len(kv) * rng.choice([0.5, 0.8, 1.25, 2])) + rng.choice([-1, 0, 1])))
+        q2 = max(1, min(mbt // n, int(q * rng.choice([0.5, 1, 1, 2])) + rng.choice([-1, 0, 1])))
+        k = max(q2 + 1, min(mml, int(kv[0] * rng.choice([0.5, 0.9, 1, 1.1, 2])) + rng.choice([-128, 0, 128])))
+        return q2, [k] * n
+
+    for i in range(budget):
+        q, kv = draw() if (best[1] is None or i < budget // 2) else mutate(*best[1])
+        n0 = len(calls)
+        _eager(backend, runner, [{"q_len": q, "kv_pages": kv}], rec, calls, errors,
+               "eager_decode" if q == 1 else "eager_prefill")
+        tried += 1
+        f = max((c["float_bytes"] or 0 for c in calls[n0:]), default=0)
+        if f > best[0]:
+            best = (f, (q, kv))
+    return {"batches": tried, "best_float_bytes": best[0],
+            "best": None if best[1] is None else {"n": len(best[1][1]), "q": best[1][0], "kv": max(best[1][1])}}
+
+
 def _one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts):
     """Build SGLang's backend and make its plan() calls: capture, then the eager batches."""
-    from guard_core.versions import flashinfer_version
 
     pool = int(opts.get("pool_size", 4096))
     width = int(opts.get("kv_width", 40000))
@@ -619,6 +610,8 @@ def _one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts):
     t = [time.time()]
     runner = _runner(sa, mc, kv_dtype, pool_size=pool, width=width)
     backend = fb.FlashInferAttnBackend(runner)
+    if opts.get("_seen") is not None:
+        opts = dict(opts, _prediction=_prediction_dict(opts["_seen"]))
     ws = backend.workspace_buffer
     out["workspace_bytes"] = int(ws.numel() * ws.element_size())
     out["decode_use_tensor_cores"] = bool(backend.decode_use_tensor_cores)
@@ -629,14 +622,18 @@ def _one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts):
         out["capture_bs"] = _capture(fb, backend, runner, sa, rec, calls, errors)
     t.append(time.time())
     if "eager" in phases:
-        limits = {"max_num_seqs": int(sa.max_running_requests or pool), "max_model_len": mc.context_len,
-                  "max_num_batched_tokens": int(sa.chunked_prefill_size),
-                  "kv_dtype_bytes": int(kv_dtype.itemsize)}
-        eb = eager_batches(mc.num_attention_heads, mc.get_num_kv_heads(1), mc.head_dim, gpu,
-                           flashinfer_version(), limits, tensor_core_decode=bool(backend.decode_use_tensor_cores))
-        if "eager_decode" in eb:
-            _eager(backend, runner, [eb["eager_decode"]], rec, calls, errors, "eager_decode")
-        _eager(backend, runner, eb["eager_prefill_candidates"], rec, calls, errors, "eager_prefill")
+        limits = {"max_num_seqs": min(int(sa.max_running_requests or pool), pool), "max_model_len": mc.context_len,
+                  "max_num_batched_tokens": int(sa.chunked_prefill_size)}
+        # the guard's own witness batches (inputs only: their bytes come from the real planner) ...
+        pred = opts.get("_prediction") or {}
+        for sc_ in pred.get("scenarios") or []:
+            w = sc_.get("witness") or []
+            if sc_["name"] in ("eager_decode", "eager_prefill") and w:
+                batch = {"q_len": int(w[0][0]), "kv_pages": [int(p) for _q, p, c in w for _ in range(int(c))]}
+                _eager(backend, runner, [batch], rec, calls, errors, sc_["name"])
+        # ... and an independent random + greedy search for the largest eager plan
+        out["search"] = _search(backend, runner, rec, calls, errors, limits, int(opts.get("search", 16)),
+                                int(opts.get("seed", 0)))
     t.append(time.time())
     out["workspace_bytes_after"] = int(backend.workspace_buffer.numel() * backend.workspace_buffer.element_size())
     out["calls"] = calls
@@ -698,7 +695,12 @@ def run(opts):
         _understate()
     gpu = _cpu.use_table_gpu(opts.get("gpu", "h200"))
     tmp = tempfile.mkdtemp()
-    model = MODELS[opts.get("model", "qwen3vl")]
+    if opts.get("shape"):  # a generated deployment (tests/differential): per-rank heads, head dim
+        q, kv, hd = (int(x) for x in opts["shape"])
+        model = dict(GQA2_LLAMA, num_attention_heads=q, num_key_value_heads=kv, head_dim=hd, hidden_size=q * hd,
+                     max_position_embeddings=int(opts.get("context", 8192)))
+    else:
+        model = MODELS[opts.get("model", "qwen3vl")]
     sa = _server_args(_cpu.write_model(tmp, "model", model), opts)
     sc.setup_logging(sa)
     from sglang.srt.configs.model_config import ModelConfig
@@ -712,7 +714,7 @@ def run(opts):
     _single_rank_groups()
     kv_dtype = {"fp8": torch.float8_e4m3fn}.get(opts.get("kv"), torch.bfloat16)
     with _HostMemory():
-        out.update(_one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts))
+        out.update(_one_pass(fb, sa, mc, gpu, rec, kv_dtype, dict(opts, _seen=seen)))
         out["prediction"] = _prediction_dict(seen)
         out["sglang_server_bytes"] = seen["server_bytes"][-1] if seen["server_bytes"] else None
         if opts.get("topk"):
@@ -724,7 +726,8 @@ def run(opts):
 
             out["unpatched"] = bool(gws.unpatch(fb))
             _forget_process_buffer(fb)
-            out["without_guard"] = _one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts)
+            out["without_guard"] = _one_pass(fb, sa, mc, gpu, rec, kv_dtype,
+                                             dict(opts, _prediction=out["prediction"]))
     out["safety_net"] = _net_state()
     out["gpu"] = {"name": gpu.name, "sms": gpu.num_sms, "cc": list(gpu.cc)}
     out["seconds"] = round(time.time() - t0, 1)
