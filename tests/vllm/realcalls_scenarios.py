@@ -129,7 +129,7 @@ GROUPS: dict[str, tuple[str, bool, list[Case]]] = {
     # - SM10x, FP8 KV cache with a BF16 query (disable_flashinfer_q_quantization): vLLM's
     #   use_trtllm_attention(is_prefill=True) refuses TRT-LLM, prefill runs FA2 (the guard said
     #   TRT-LLM: 1 MiB in exact where eager prefill plans ~20 MiB); TRT-LLM forced off likewise
-    "b300_issue17": ("b300", True, [
+    "b300_issue17": ("b300", "installed", [
         Case("b300_fp8kv_bf16q", kv_cache_dtype="fp8", disable_q_quant=True),
         Case("b300_trtllm_off", trtllm=False, max_num_seqs=256),
     ]),
