@@ -82,3 +82,51 @@ def guard_need(result: dict) -> int:
 def ratio(result: dict) -> float | None:
     real = largest_real(result)
     return guard_need(result) / real if real else None
+
+
+def _sglang_one(pred: dict | None, calls: list[dict], label: str, slack: int) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    if not calls:
+        return out
+    if pred is None or pred.get("float_bytes") is None:
+        return [("prediction", f"{label}: the guard did not size this backend")]
+    real = max(int(c.get("float_bytes") or 0) for c in calls)
+    need = int(pred["float_bytes"])
+    top = max(calls, key=lambda c: c.get("float_bytes") or 0)
+    where = f"{top.get('phase')} batch {top.get('batch_size')} {top.get('wrapper')} {top.get('backend')}"
+    if need < real:
+        out.append(("under", f"{label}: guard {need} B < real {real} B ({where})"))
+    elif need > real + slack:
+        out.append(("over", f"{label}: guard {need} B > real {real} B + 1 MiB ({where})"))
+    want = pred.get("planners") or {}
+    # SGLang's wrappers: the decode wrapper plans with the decode planner (FA2 through PrefillPlan
+    # for tensor-core decode, DecodePlan on CUDA cores); the paged prefill wrapper with the prefill
+    # planner; the ragged wrapper keeps FlashInfer's own choice (checked by size only)
+    used = {"prefill": set(), "decode": set()}
+    for c in calls:
+        if c.get("wrapper") == "BatchPrefillWithRaggedKVCacheWrapper":
+            continue
+        used[_phase(c)].add(c.get("planner") if _phase(c) == "decode" else c.get("backend"))
+    exp = {"decode": {"fa2": "prefill", "decode": "decode"}.get(want.get("decode"), want.get("decode")),
+           "prefill": want.get("prefill")}
+    for phase in ("prefill", "decode"):
+        extra = used[phase] - {exp[phase]}
+        if extra:
+            out.append(("mismatch", f"{label}: {phase} planned {sorted(extra)} where the guard said {want.get(phase)}"))
+    return out
+
+
+def sglang_findings(result: dict, *, slack: int = MIB) -> list[tuple[str, str]]:
+    """The same comparison for one SGLang real-calls record (tests/sglang/realcalls_scenarios.py):
+    the target backend, and the EAGLE draft backends where the record has them. A predicted
+    phase that never ran is not flagged here: SGLang's eager decode and prefill are both
+    replayed, and the target with speculative decoding captures verify graphs only."""
+    out: list[tuple[str, str]] = []
+    errs = list(result.get("errors") or []) + list((result.get("draft") or {}).get("errors") or [])
+    if errs:
+        out.append(("overflow", f"{errs[0].get('phase')} batch {errs[0].get('batch')}: {errs[0].get('error', '')[:200]}"))
+    out += _sglang_one(result.get("prediction"), result.get("calls") or [], "target", slack)
+    d = result.get("draft")
+    if d:
+        out += _sglang_one(d.get("prediction"), d.get("calls") or [], "draft", slack)
+    return out

@@ -128,3 +128,38 @@ def launch_command(case: dict, gpu: str, line: str) -> str:
     if case.get("trtllm") is not None:
         parts.append(f"--attention-config.use_trtllm_attention {str(case['trtllm']).lower()}")
     return f"[{line}, {gpu}] " + " ".join(parts)
+
+
+def sglang_cases(seed: int, n: int):
+    """``n`` SGLang deployments from ``seed``: options of tests/sglang/realcalls_scenarios.py ``run``."""
+    rng = random.Random(f"sglang:{seed}")
+    out = []
+    for i in range(n):
+        name, q, kv, hd = rng.choice(SHAPES)
+        tp = rng.choice(_tp_options(q, kv))
+        spec = rng.choice(["none", "none", "eagle", "eagle_topk"])
+        ctx = rng.choice([4096, 8192, 16384])
+        opts = {"shape": [q // tp, max(1, kv // tp), hd], "source": f"{name} (TP {tp})",
+                "kv": rng.choice(["auto", "auto", "fp8"]), "context": ctx, "kv_width": ctx + 64,
+                "max_bs": rng.choice([None, 32, 64, 160]), "search": 12, "seed": seed * 1000 + i,
+                "gpu": rng.choice(["h200", "h100", "l40s", "a100"])}
+        if spec == "eagle":
+            opts.update(draft_tokens=rng.choice([2, 4]), topk=1)
+        elif spec == "eagle_topk":
+            opts.update(draft_tokens=rng.choice([4, 8]), topk=rng.choice([2, 4, 8]), draft_steps=3)
+            opts["max_bs"] = rng.choice([16, 32, 64])
+        out.append({k: v for k, v in opts.items() if v is not None})
+    return out
+
+
+def sglang_launch_command(opts: dict, line: str) -> str:
+    parts = [f"python -m sglang.launch_server --model {opts.get('source', 'MODEL')}",
+             f"--kv-cache-dtype {'fp8_e4m3' if opts.get('kv') == 'fp8' else 'auto'}",
+             f"--context-length {opts.get('context')}"]
+    if opts.get("max_bs"):
+        parts.append(f"--cuda-graph-max-bs {opts['max_bs']}")
+    if opts.get("draft_tokens"):
+        parts.append(f"--speculative-algorithm EAGLE --speculative-num-draft-tokens {opts['draft_tokens']} "
+                     f"--speculative-eagle-topk {opts.get('topk', 1)} --speculative-num-steps "
+                     f"{opts.get('draft_steps', max(1, opts['draft_tokens'] - 1))}")
+    return f"[{line}, {opts.get('gpu', 'h200')}] " + " ".join(parts)

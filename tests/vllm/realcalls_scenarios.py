@@ -122,14 +122,14 @@ GROUPS: dict[str, tuple[str, bool, list[Case]]] = {
     #   H100: FlashInfer >= 0.6.15 prefills with FA2 (float scratch), not FA3 (int only);
     # - SM90 with the TRT-LLM cubins and an FP8 KV cache: vLLM >= 0.32 decodes with XQA,
     #   nothing planned in this buffer (the guard sized FA2 decode graphs that never run);
-    "h100_issue17": ("h100", True, [
+    "h100_issue17": ("h100", "installed", [
         Case("h100_hd512_eager", model=dict(heads=16, kv_heads=2, head_dim=512), cudagraphs=False),
         Case("h100_fp8kv_xqa", kv_cache_dtype="fp8"),
     ]),
     # - SM10x, FP8 KV cache with a BF16 query (disable_flashinfer_q_quantization): vLLM's
     #   use_trtllm_attention(is_prefill=True) refuses TRT-LLM, prefill runs FA2 (the guard said
     #   TRT-LLM: 1 MiB in exact where eager prefill plans ~20 MiB); TRT-LLM forced off likewise
-    "b300_issue17": ("b300", True, [
+    "b300_issue17": ("b300", "installed", [
         Case("b300_fp8kv_bf16q", kv_cache_dtype="fp8", disable_q_quant=True),
         Case("b300_trtllm_off", trtllm=False, max_num_seqs=256),
     ]),
@@ -411,7 +411,9 @@ def prediction(builder, module) -> dict:
         out["need_bytes"] = req.float_bytes
         out["notes"] = list(req.notes)
         out["scenarios"] = [{"name": s.name, "batch": s.batch, "q_len": s.q_len, "planner": s.planner,
-                             "float_bytes": s.float_bytes, "int_bytes": s.int_bytes} for s in req.scenarios]
+                             "float_bytes": s.float_bytes, "int_bytes": s.int_bytes,
+                             "witness": [list(g) for g in getattr(s, "witness", ()) or ()]}
+                            for s in req.scenarios]
         out["dominant"] = ({"name": req.dominant.name, "batch": req.dominant.batch, "q_len": req.dominant.q_len}
                            if req.dominant else None)
     except Exception as exc:  # reported to the test, which fails on it
@@ -484,6 +486,15 @@ def eager_batches(case: Case, preds: list[dict]) -> list[tuple[str, list[int], l
         for s in pred.get("scenarios", []):
             if s["name"] in ("eager_decode", "eager_prefill") and (s["name"], s["batch"], s["q_len"]) not in shapes:
                 shapes.append((s["name"], s["batch"], s["q_len"]))
+    # the guard's own witness batches (inputs only: the bytes they need come from the real planner)
+    for pred in preds:
+        page = int((pred.get("layout") or {}).get("page_size") or 16) if isinstance(pred.get("layout"), dict) else 16
+        for s in pred.get("scenarios", []):
+            w = s.get("witness") or []
+            if s["name"] in ("eager_decode", "eager_prefill") and w:
+                qlens = [int(q) for q, _p, c in w for _ in range(int(c))]
+                seqs = [min(mml, int(p) * page) for q, p, c in w for _ in range(int(c))]
+                out.append((f"witness_{s['name']}:{len(qlens)}x{qlens[0]}", qlens, seqs))
     for name, n, q in shapes:
         n, q = int(n), int(q)
         n = max(1, min(n, mns, mbt // max(q, 1)))
@@ -640,6 +651,7 @@ def run_case(case: Case, rec, module, args) -> dict:
                                              "padded_batch_size", "cta_tile_q", "ok", "error")}
                     for c in calls]
     out["seconds"] = round(time.time() - t0, 1)
+    out["detect_gpu_calls"] = int(getattr(rec, "detect_gpu_calls", 0))
     return out
 
 
@@ -675,13 +687,15 @@ def main(argv=None) -> None:
         gpu_key, cubins, cases = args.gpu, not args.no_cubins, None
     else:
         gpu_key, cubins, cases = GROUPS[args.group]
-    if args.cases:
-        wanted = set(args.cases.split(","))
-        cases = [c for c in cases if c.name in wanted]
     phases = [x for x in args.phases.split(",") if x]
     name, sms, cc = GPUS[gpu_key]
     if not cubins:
         hide_cubins()
+    elif cubins == "installed":
+        # flashinfer-cubin installed: vLLM's own switch for it (envs.VLLM_HAS_FLASHINFER_CUBIN, read by
+        # has_flashinfer_cubin), so supports_trtllm_attention does not need the network; on SM90 and
+        # SM12x vLLM >= 0.32 then decodes with XQA (vllm/utils/flashinfer.py 0.33.0:675-697)
+        os.environ["VLLM_HAS_FLASHINFER_CUBIN"] = "1"
     configure_vllm_logging()
     from tests.realcalls import standin
 
@@ -702,6 +716,9 @@ def main(argv=None) -> None:
             cases.append(c)
             GROUP_GPU[c.name] = gpu_key
             SOURCES[c.name] = source
+    if args.cases:
+        wanted = set(args.cases.split(","))
+        cases = [c for c in cases if c.name in wanted]
     cpu_kernels(module)
     cpu_only_impl_buffers()  # vLLM 0.33's FlashInferImpl: TRT-LLM counter buffer on "cuda" -> CPU
     if hasattr(module, "get_device_sm_count"):  # ... and the SM count: this scenario's GPU (the stand-in)
