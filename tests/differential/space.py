@@ -163,3 +163,33 @@ def sglang_launch_command(opts: dict, line: str) -> str:
                      f"--speculative-eagle-topk {opts.get('topk', 1)} --speculative-num-steps "
                      f"{opts.get('draft_steps', max(1, opts['draft_tokens'] - 1))}")
     return f"[{line}, {opts.get('gpu', 'h200')}] " + " ".join(parts)
+
+
+def sglang_deterministic_cases(seed: int, n: int):
+    """``n`` SGLang --enable-deterministic-inference deployments from ``seed`` (issue 19): published
+    shapes per TP rank (head dims SGLang's FlashInfer backend runs), GPU, context, chunked-prefill
+    size and SGLang's split tile sizes (``env``: its SGLANG_FLASHINFER_*_SPLIT_TILE_SIZE variables;
+    absent: 4096 / 2048). Each runs the longest prompt's last chunk, a shorter prompt, and a decode
+    batch with one full-context request, through SGLang's own backend in the mode."""
+    rng = random.Random(f"sglang-det:{seed}")
+    shapes = [s for s in SHAPES if s[3] in (64, 128, 256)]
+    out = []
+    for _ in range(n):
+        name, q, kv, hd = rng.choice(shapes)
+        tp = rng.choice(_tp_options(q, kv))
+        ctx = rng.choice([4096, 8192, 16384])
+        reqs = 16
+        env = {}
+        split = rng.choice([None, None, 1024, 8192])
+        if split:
+            env["SGLANG_FLASHINFER_PREFILL_SPLIT_TILE_SIZE"] = str(split)
+        dsplit = rng.choice([None, None, 512])
+        if dsplit:
+            env["SGLANG_FLASHINFER_DECODE_SPLIT_TILE_SIZE"] = str(dsplit)
+        out.append({"shape": [q // tp, max(1, kv // tp), hd], "source": f"{name} (TP {tp})", "context": ctx,
+                    "kv_width": ctx + 8, "chunk": rng.choice([2048, 4096, 8192]), "pool_size": reqs,
+                    "gpu": rng.choice(["gb10", "b200", "rtxpro6000", "h200"]), "env": env,
+                    "server_args": {"enable_deterministic_inference": True, "attention_backend": "flashinfer",
+                                    "max_running_requests": reqs},
+                    "det_prompts": [ctx // 2, ctx], "det_decode": [ctx - 1] + [1] * (reqs - 1)})
+    return out

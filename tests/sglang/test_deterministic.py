@@ -16,10 +16,8 @@ planner under SGLang's calls: the stated prompt plans, one token more does not.
 
 from __future__ import annotations
 
-import pytest
 
 from conftest import FLASHINFER, _key
-from realcalls_scenarios import GB10_REPORT
 from test_realcalls import realcalls
 
 GIB = 1 << 30
@@ -154,61 +152,3 @@ def test_with_guard_unaffordable_states_the_limit_and_it_holds():
     assert past["float_bytes"] > r["workspace_bytes"]
     grew = [x for x in probe.guard_lines if "safety net" in x and "batch_prefill_tmp_v" in x]
     assert grew or "Buffer overflow" in _errors(pr).get(longest + 1, ""), probe.guard_lines
-
-
-# ---------------------------------------------------------------- seeded deployments (the search's space)
-
-def _draws(n=2, seed=19):
-    """Published attention shapes (tests/differential/space.py) x GPU x context x chunk x split
-    sizes, seeded; each run through SGLang's deterministic backend with FlashInfer's planner."""
-    import random
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from tests.differential.space import SHAPES
-
-    rng = random.Random(seed)
-    shapes = [s for s in SHAPES if s[3] in (64, 128, 256) and s[1] % s[2] == 0]
-    out = []
-    for i in range(n):
-        name, q, kv, hd = rng.choice(shapes)
-        tag = f"d{i}"
-        ctx = rng.choice((8192, 16384, 32768))
-        out.append(dict(id=f"{tag}-{name.split('/')[-1]}-ctx{ctx}", heads=(q, kv, hd), gpu=rng.choice(("gb10", "b200",
-                        "rtxpro6000", "h200")), ctx=ctx, chunk=rng.choice((2048, 4096, 8192)),
-                        prefill_split=rng.choice((None, 1024, 4096)), decode_split=rng.choice((None, 512, 2048))))
-    return out
-
-
-DRAWS = _draws()
-
-
-@pytest.mark.parametrize("d", DRAWS, ids=[d["id"] for d in DRAWS])
-def test_seeded_deployment_real_calls_match_the_core(d):
-    q, kv, hd = d["heads"]
-    model = dict(GB10_REPORT, num_attention_heads=q, num_key_value_heads=kv, head_dim=hd, hidden_size=q * hd)
-    env = {}
-    if d["prefill_split"]:
-        env["SGLANG_FLASHINFER_PREFILL_SPLIT_TILE_SIZE"] = str(d["prefill_split"])
-    if d["decode_split"]:
-        env["SGLANG_FLASHINFER_DECODE_SPLIT_TILE_SIZE"] = str(d["decode_split"])
-    ctx = d["ctx"]
-    r = realcalls(env=env or None, model_cfg=model, gpu=d["gpu"], chunk=d["chunk"], phases=["capture", "det"],
-                  det_prompts=[ctx // 3, ctx], det_decode=[ctx - 1] + [1] * (N - 1), pool_size=N, kv_width=ctx + 8,
-                  server_args=dict(DET, context_length=ctx, max_running_requests=N)).result
-    assert r["registered"] and r["deterministic"]["prefill_split_tile_size"] == (d["prefill_split"] or 4096)
-    core = {}
-    for s in r["prediction"]["scenarios"]:
-        core[s["name"]] = max(core.get(s["name"], 0), s["float_bytes"])
-    real = {}
-    for c in r["calls"]:
-        real[c["phase"]] = max(real.get(c["phase"], 0), c["float_bytes"])
-    # the envelope's scenario is the worst real call of its kind, byte for byte
-    assert real["fixed_split_prefill"] == core["fixed_split_prefill"]
-    assert real["fixed_split_decode"] == core["fixed_split_decode"]
-    assert real.get("cuda_graph_decode", 0) == 0 == core.get("cuda_graph_decode", 0)
-    # and with the guard nothing the guard sized for overflows
-    dec = r["prediction"]["decision"]
-    if dec["action"] != "limit":
-        assert r["errors"] == [], r["errors"][:2]

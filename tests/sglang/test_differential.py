@@ -23,12 +23,14 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from tests.differential.compare import sglang_findings  # noqa: E402
-from tests.differential.space import sglang_cases, sglang_launch_command  # noqa: E402
+from tests.differential.space import (sglang_cases, sglang_deterministic_cases,  # noqa: E402
+                                      sglang_launch_command)
 
 SEED = int(os.environ.get("FLASHINFER_GUARD_DIFF_SEED", "17"))
 N = int(os.environ.get("FLASHINFER_GUARD_DIFF_N", "2"))
 LINE = f"sglang-{md.version('sglang')}"
 CASES = sglang_cases(SEED, N)
+DET_CASES = sglang_deterministic_cases(SEED, N)
 
 
 @pytest.mark.parametrize("opts", CASES, ids=[f"gen{SEED}_{i}" for i in range(len(CASES))])
@@ -44,3 +46,30 @@ def test_differential_generated_deployment(opts):
           f"guard {r['prediction'] and r['prediction'].get('float_bytes')} B")
     assert calls > 0
     assert not found, sglang_launch_command(opts, LINE) + " | " + "; ".join(f"{k}: {d}" for k, d in found)
+
+
+@pytest.mark.parametrize("opts", DET_CASES, ids=[f"det{SEED}_{i}" for i in range(len(DET_CASES))])
+def test_differential_deterministic_deployment(opts):
+    """--enable-deterministic-inference (issue 19): the same two-way comparison; where the guard
+    says the need is not affordable, its stated longest prompt is what FlashInfer's planner plans
+    in the guard's buffer (an overflow only past it)."""
+    import re
+
+    from test_realcalls import realcalls
+
+    run_opts = {k: v for k, v in opts.items() if k not in ("source", "env")}
+    r = realcalls(env=opts["env"] or None, phases=["capture", "det"], **run_opts).result
+    cmd = sglang_launch_command(opts, LINE) + " --enable-deterministic-inference " + " ".join(
+        f"{k}={v}" for k, v in opts["env"].items())
+    assert r["calls"] and r["prediction"], cmd
+    dec = r["prediction"].get("decision") or {}
+    if dec.get("action") == "limit":
+        longest = int(re.search(r"prompts up to ([0-9,]+) tokens", dec["text"]).group(1).replace(",", ""))
+        for c in r["calls"]:
+            if c["phase"] == "fixed_split_prefill" and c.get("prompt", 0) <= longest:
+                assert c["float_bytes"] <= r["workspace_bytes"], cmd
+        return
+    found = sglang_findings(r)
+    real = max(c["float_bytes"] for c in r["calls"])
+    print(f"\n{cmd}: {len(r['calls'])} planning calls, real largest {real} B, guard {r['prediction']['float_bytes']} B")
+    assert not found, cmd + " | " + "; ".join(f"{k}: {d}" for k, d in found)
