@@ -106,6 +106,16 @@ def _version_of(name, example):
 
 _version = _version_of("--flashinfer", "0.6.12 or 0.7.2.post1")
 
+KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "nvfp4")
+
+
+def _kv_cache_dtype(text):
+    t = text.strip().lower() if isinstance(text, str) else ""
+    if t in KV_CACHE_DTYPES:
+        return t
+    raise argparse.ArgumentTypeError(f"--kv-cache-dtype must be one of {', '.join(KV_CACHE_DTYPES)}, "
+                                     f"got {_show(text)}")
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="flashinfer-guard", description="Size FlashInfer's workspace before it crashes a server.")
@@ -167,7 +177,14 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--page-size", type=_positive("--page-size"), default=None,
                     help="KV page size; default: the command's, else vLLM 16 / SGLang 1")
     pl.add_argument("--kv-dtype-bytes", type=_positive("--kv-dtype-bytes"), default=None,
-                    help="bytes per KV element; default: from the KV-cache dtype (2, or 1 for FP8)")
+                    help="bytes per KV element; default: from the KV-cache dtype (2, or 1 for FP8); 1 alone "
+                         "means an FP8 cache, as --kv-cache-dtype fp8")
+    pl.add_argument("--kv-cache-dtype", type=_kv_cache_dtype, default=None,
+                    help="KV-cache dtype as the server takes it (auto, fp8, fp8_e4m3, fp8_e5m2, bfloat16, nvfp4 ...); "
+                         "default: the command's, else auto (the model dtype)")
+    pl.add_argument("--model-reader", choices=("auto", "builtin", "server"), default="auto",
+                    help="who reads a config.json: the simulated server's own config code where it is installed "
+                         "here (auto, server), or the built-in reader; default auto")
     pl.add_argument("--decode-planner", choices=("fa2", "decode", "trtllm"), default=None,
                     help="force the decode planner; default: chosen from the GPU, dtypes and framework")
     pl.add_argument("--prefill-planner", choices=("fa2", "fa3", "none"), default=None,
