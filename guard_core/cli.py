@@ -195,7 +195,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="check against this buffer (bytes or 512MiB) instead of the server's default")
     pl.add_argument("--all", action="store_true", help="list every capture size, not only the largest")
     pl.add_argument("--json", action="store_true", help="machine-readable output, one entry per scenario")
-    sub.add_parser("doctor", help="inspect this environment: versions, entry points, what each guard would do")
+    dr = sub.add_parser("doctor", help="inspect this environment: versions, entry points, what each guard would do")
+    dr.add_argument("--model", default=None,
+                    help="also read this config.json (or directory): its attention groups by the built-in reader "
+                         "and by each installed server's own config code, and whether they agree")
+    dr.add_argument("--tp", type=_positive("--tp"), default=1, help="tensor parallel size for --model; default 1")
     pr = sub.add_parser("presets", help="list the embedded models")
     pr.add_argument("--json", action="store_true")
     return p
@@ -274,7 +278,39 @@ def print_plan(r: dict, show_all: bool, out=sys.stdout) -> None:
     print_report(r, show_all, out=out)
 
 
-def run_doctor(out=sys.stdout) -> int:
+def _doctor_model(path: str, tp: int, w) -> None:
+    """The model's attention groups as each reader here reads them."""
+    import importlib.util
+    import os
+
+    from .groups import GroupsError, read_with_server
+
+    cfg_path = os.path.join(path, "config.json") if os.path.isdir(path) else path
+    try:
+        facts = load_model(path)
+        mine = facts.model_groups().per_rank(tp)
+    except (ModelError, GroupsError) as exc:
+        w(f"model      {_show(path)}: {exc}\n")
+        return
+    key = sorted(g.key for g in mine)
+    w(f"model      {_show(cfg_path)} at tp {tp}, built-in reader: "
+      + "; ".join(f"{g.count} x {g.kind} {g.num_qo_heads}/{g.num_kv_heads}/{g.head_dim_qk}/{g.head_dim_vo}"
+                  for g in mine) + "\n")
+    for fw in ("vllm", "sglang"):
+        if importlib.util.find_spec(fw) is None:
+            continue
+        srv = read_with_server(fw, cfg_path, tp)
+        if not srv.get("ok"):
+            w(f"model      {srv['label']}: {srv.get('refusal')}\n")
+            continue
+        same = sorted(g.key for g in srv["groups"]) == key
+        w(f"model      {srv['label']}: "
+          + "; ".join(f"{g.count} x {g.kind} {g.num_qo_heads}/{g.num_kv_heads}/{g.head_dim_qk}/{g.head_dim_vo}"
+                      for g in srv["groups"])
+          + f" ({'agrees with' if same else 'DIFFERS from'} the built-in reader; plan uses the server's)\n")
+
+
+def run_doctor(out=sys.stdout, model: str | None = None, tp: int = 1) -> int:
     from importlib import metadata
     import os
     import site
@@ -330,6 +366,8 @@ def run_doctor(out=sys.stdout) -> int:
           "; run `flashinfer-guard plan --model ...` for a deployment\n")
     if not settings.enabled:
         w("FLASHINFER_GUARD=0: every guard is off in this environment\n")
+    if model:
+        _doctor_model(model, tp, w)
     return 0
 
 
@@ -466,7 +504,7 @@ def main(argv=None) -> int:
             else:
                 print_plan(result, args.all, out=out)
         elif args.cmd == "doctor":
-            code = run_doctor(out=out)
+            code = run_doctor(out=out, model=args.model, tp=args.tp)
         elif args.cmd == "presets":
             code = run_presets(args.json, out=out)
     except UsageError as exc:

@@ -422,8 +422,7 @@ def _kind_label(g, mg) -> str:
         base = "full attention"
     if mg is not None and mg.other_layers:
         total = mg.num_layers or sum(n for _, n in mg.other_layers) + mg.attention_layers
-        others = ", ".join(f"{n} {k}" for k, n in mg.other_layers)
-        base += f", hybrid: {g.count} of {total} layers ({others} outside FlashInfer's planners)"
+        base += f" (hybrid share: {g.count} of {total} layers)"
     if g.sinks:
         base += ", attention sinks"
     return base
@@ -494,6 +493,8 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
         w(f"command    {la['form']} ({framework_label(la['framework'])})\n")
     if r["verdict"] == "not_applicable":
         w(f"model      {r['model']['name']} ({r['model_source']})\n{r['model']['name']}: {r['reason']}\n")
+        for line in (r["model"].get("groups") or {}).get("lines", []):
+            w(f"  group    {line}\n")
         _moe_line(r, w)
         for note in r.get("notes", []):
             w(f"note       {note}\n")
@@ -502,6 +503,17 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
     hd = f"head_dim {l['head_dim_qk']}" + (f"/{l['head_dim_vo']}" if l["head_dim_vo"] != l["head_dim_qk"] else "")
     w(f"model      {m['name']} ({r['model_source']}): {l['num_qo_heads']} q / {l['num_kv_heads']} kv heads per rank "
       f"(tp {l['tp']}{', dcp ' + str(l['dcp']) if l['dcp'] > 1 else ''}), {hd}, KV cache {l['kv_cache_dtype']}\n")
+    rd = r.get("model_reader") or {}
+    w(f"groups     read by {rd.get('name', 'the built-in reader')}"
+      + (f" (the built-in reader {'agrees' if rd.get('agrees') else 'disagrees'})" if "agrees" in rd else "")
+      + "; per rank, each sized:\n")
+    for gr in r.get("groups", []):
+        ghd = f"head_dim {gr['head_dim_qk']}" + (f"/{gr['head_dim_vo']}" if gr["head_dim_vo"] != gr["head_dim_qk"] else "")
+        w(f"  {gr['count']:>4} layers {gr['label']}: {gr['num_qo_heads']} q / {gr['num_kv_heads']} kv heads, {ghd}; "
+          f"need {_fmt(gr['need_bytes'])} at {gr['scenario']} {gr['batch']} (decode {gr['decode']}, prefill "
+          f"{gr['prefill']}){'  <- largest' if gr['dominant'] and len(r['groups']) > 1 else ''}\n")
+    for kind, n in (r["model"].get("groups") or {}).get("other", []):
+        w(f"  {n:>4} layers {kind}: outside FlashInfer's attention planners\n")
     w("settings   (each with where it comes from)\n")
     vals = r["defaults"]["values"]
     order = [("tp", "tensor parallel"), ("dp", "data parallel"), ("pp", "pipeline parallel"), ("dcp", "decode context parallel"),

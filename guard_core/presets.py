@@ -70,7 +70,15 @@ class ModelFacts:
             "head_dim": self.head_dim, "v_head_dim": self.v_head_dim or self.head_dim,
             "num_layers": self.num_layers, "attention_layers": self.attention_layers, "kind": self.kind,
             "note": self.note,
+            "groups": self._groups_dict(),
         }
+
+    def _groups_dict(self) -> dict:
+        mg = self.model_groups()
+        d = mg.as_dict()
+        d["lines"] = mg.describe()
+        d["other"] = [list(o) for o in mg.other_layers]
+        return d
 
 
 _P = ModelFacts
