@@ -410,6 +410,27 @@ def _layer_kinds(text, cfg, raw, model_type, layers, window, name) -> list[str]:
     return ["full"] * n
 
 
+def server_view(groups, framework: str) -> tuple[RankGroup, ...]:
+    """The rank groups as the server's FlashInfer backend plans them.
+
+    vLLM builds one metadata builder per KV-cache group, each with its own heads
+    and head dims (``v1/attention/backends/flashinfer.py``): the groups as read.
+    SGLang plans every layer with one shape (``layers/attention/flashinfer_backend.py``
+    ``FlashInferIndicesUpdaterDecode``: ``get_max_num_attention_heads() // tp``, the
+    model's ``get_num_kv_heads(tp)`` and ``head_dim``; 0.5.23 lines 1593-1603): one
+    group of every attention layer, the full-attention layers' shape with the most
+    query heads, sized without its window (a window only lowers the need)."""
+    groups = tuple(groups)
+    if framework != "sglang":
+        return groups
+    att = [g for g in groups if g.kind != "mla"]
+    if not att:
+        return groups
+    base = next((g for g in att if g.kind == "full"), att[0])
+    return (RankGroup("full", max(g.num_qo_heads for g in att), base.num_kv_heads, base.head_dim_qk,
+                      base.head_dim_vo, sum(g.count for g in att), None, any(g.sinks for g in att)),)
+
+
 # ---------------------------------------------------------------------------
 # the server's own reading
 

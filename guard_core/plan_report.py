@@ -29,6 +29,7 @@ from .presets import DEFAULT_MODEL, ModelError, ModelFacts, find_preset, load_mo
 from .settings import Settings
 from dataclasses import replace
 
+from .groups import server_view
 from .sizing import (INT_WORKSPACE_BYTES, AttentionLayout, Planners, ServingLimits, compute_requirement,
                      largest_fitting_capture, round_up_mib)
 
@@ -219,7 +220,7 @@ def build(a, resolve_gpu, environ=None) -> dict:
     dcp_v = defaults.get("dcp") or 1
     mg = facts.model_groups()
     try:
-        rank_groups = [g for g in mg.per_rank(tp_v) if g.kind != "mla"]
+        rank_groups = list(server_view([g for g in mg.per_rank(tp_v) if g.kind != "mla"], fw))
     except ValueError as exc:  # GroupsError: heads not divisible by --tp
         raise PlanUsageError(str(exc)) from None
     reader = {"name": mg.source, "notes": []}
@@ -227,7 +228,7 @@ def build(a, resolve_gpu, environ=None) -> dict:
     if srv is not None:
         reader["server"] = srv.get("label")
         if srv.get("ok"):
-            srv_groups = [g for g in srv["groups"] if g.kind != "mla"]
+            srv_groups = list(server_view([g for g in srv["groups"] if g.kind != "mla"], fw))
             if not srv_groups and srv.get("use_mla"):
                 base.update(verdict="not_applicable", reason=f"MLA model ({srv['label']}): FlashInfer's MLA planner "
                             "uses its own buffer, not the one guarded here", notes=notes)

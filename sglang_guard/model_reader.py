@@ -29,20 +29,28 @@ def _get(obj, name, default=None):
 
 
 def _kinds(mc, tc, n: int) -> list[str]:
-    swa = _get(mc, "swa_attention_layer_ids")
-    full = _get(mc, "full_attention_layer_ids")
-    if swa is not None and full is not None and (swa or full):
-        s, f = set(swa), set(full)
-        return ["sliding" if i in s else "full" if i in f else "other" for i in range(n)]
-    pat = _get(tc, "hybrid_override_pattern")
-    if isinstance(pat, str) and pat:
-        return ["full" if c == "*" else {"M": "mamba", "-": "mlp", "E": "moe"}.get(c, f"block {c}") for c in pat]
+    """Each layer: an attention kind, or what else it runs (linear attention, Mamba ...)."""
+    kinds = ["full"] * n
     lt = _get(tc, "layer_types")
+    lin, full = _get(tc, "linear_layer_ids"), _get(tc, "full_attention_layer_ids")
+    pat = _get(tc, "hybrid_override_pattern")
     if isinstance(lt, (list, tuple)) and lt:
         names = {"full_attention": "full", "attention": "full", "sliding_attention": "sliding",
                  "chunked_attention": "chunked"}
-        return [names.get(t, str(t).replace("_", " ")) for t in list(lt)[:n]]
-    return ["full"] * n
+        kinds = [names.get(t, str(t).replace("_", " ")) for t in list(lt)[:n]]
+    elif isinstance(lin, (list, tuple)) and isinstance(full, (list, tuple)) and lin:
+        # SGLang's hybrid configs (configs/qwen3_next.py linear_layer_ids / full_attention_layer_ids)
+        kinds = ["full" if i in set(full) else "linear attention" for i in range(n)]
+    elif isinstance(pat, str) and pat:
+        kinds = ["full" if c == "*" else {"M": "mamba", "-": "mlp", "E": "moe"}.get(c, f"block {c}") for c in pat]
+    # SGLang's own sliding-window layer ids where it runs the model as hybrid SWA
+    # (configs/model_config.py is_hybrid_swa_model / get_hybrid_layer_ids)
+    swa = _get(mc, "swa_attention_layer_ids") if _get(mc, "is_hybrid_swa", False) else None
+    if swa:
+        s = set(swa)
+        kinds = [("sliding" if i in s else "full") if k in ("full", "sliding", "chunked") else k
+                 for i, k in enumerate(kinds)]
+    return kinds
 
 
 def read(path: str, tps=(1,)) -> dict:
@@ -65,8 +73,22 @@ def read(path: str, tps=(1,)) -> dict:
     kinds = _kinds(mc, tc, n)
     for tp in tps:
         try:
-            q = int(mc.num_attention_heads) // tp
+            from sglang.srt.distributed.utils import divide
+
+            # SGLang's QKVParallelLinear (layers/linear.py): divide(total_num_heads, tp_size), and
+            # divide(tp_size, total_num_kv_heads) where KV heads replicate
+            total_kv = int(mc.get_total_num_kv_heads())
+            divide(int(mc.get_max_num_attention_heads() if hasattr(mc, "get_max_num_attention_heads")
+                       else mc.num_attention_heads), tp)
+            if 0 < total_kv < tp:
+                divide(tp, total_kv)
+            # what its FlashInfer backend plans with (flashinfer_backend.py FlashInferIndicesUpdaterDecode)
+            q = int(mc.get_max_num_attention_heads() if hasattr(mc, "get_max_num_attention_heads")
+                    else mc.num_attention_heads) // tp
             kv = int(mc.get_num_kv_heads(tp))
+        except AssertionError as exc:
+            out["groups"][str(tp)] = {"refusal": f"SGLang cannot split the heads at tp {tp}: {exc}"[:300]}
+            continue
         except Exception as exc:
             out["groups"][str(tp)] = {"refusal": f"{type(exc).__name__}: {exc}"[:300]}
             continue

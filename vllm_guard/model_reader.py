@@ -99,6 +99,13 @@ def read(path: str, tps=(1,)) -> dict:
     for tp in tps:
         pc = SimpleNamespace(tensor_parallel_size=tp, pipeline_parallel_size=1, rank=0,
                              decode_context_parallel_size=1)
+        total_heads = int(mc.model_arch_config.total_num_attention_heads) if hasattr(mc, "model_arch_config") \
+            else int(_get(tc, "num_attention_heads", 0) or 0)
+        if total_heads and total_heads % tp:
+            # vllm config/model.py ModelConfig.verify_with_parallel_config
+            out["groups"][str(tp)] = {"refusal": f"Total number of attention heads ({total_heads}) must be "
+                                                 f"divisible by tensor parallel size ({tp})."}
+            continue
         try:
             q = int(mc.get_num_attention_heads(pc))
             kv = int(mc.get_num_kv_heads(pc))

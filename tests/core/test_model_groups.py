@@ -310,3 +310,14 @@ def test_every_option_at_once_and_its_launch_twin_agree(model):
     assert a["layout"]["tp"] == 2 and a["limits"]["max_num_seqs"] == 256 and a["layout"]["page_size"] == 32
     for key in ("need", "verdict", "planners", "layout", "limits", "groups", "workspace_bytes"):
         assert a[key] == b[key], key
+
+
+def test_sglang_plans_every_layer_with_the_full_layers_shape():
+    # SGLang's FlashInfer backend plans one shape for every layer (flashinfer_backend.py
+    # FlashInferIndicesUpdaterDecode: max query heads, the model's KV heads and head dim);
+    # for Gemma 4 that is the full layers' (global) shape on all of its layers
+    t = text_of(cfg_of("gemma-4-26B-A4B"))
+    r = plan_json("--model", os.path.join(CORPUS, "gemma-4-26B-A4B.json"), "--framework", "sglang", "--gpu", "h100")
+    (g,) = r["groups"]
+    assert (g["num_qo_heads"], g["num_kv_heads"], g["head_dim_qk"], g["count"]) == (
+        t["num_attention_heads"], t["num_global_key_value_heads"], t["global_head_dim"], t["num_hidden_layers"])
