@@ -134,7 +134,7 @@ class ModelGroups:
         out: dict[tuple, RankGroup] = {}
         for g in self.groups:
             if g.kind == "mla":
-                q, kv = g.num_qo_heads // tp if g.num_qo_heads % tp == 0 else g.num_qo_heads, 1
+                q, kv = rank_heads(g.num_qo_heads, g.num_qo_heads, tp, self.name)[0], 1
             else:
                 q, kv = rank_heads(g.num_qo_heads, g.num_kv_heads, tp, self.name)
             k = (g.kind, q, kv, g.head_dim_qk, g.head_dim_vo, g.window, g.sinks)

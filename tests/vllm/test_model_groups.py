@@ -146,12 +146,21 @@ def test_groups_of_different_head_dims_share_one_buffer_big_enough_for_both():
         assert p.returncode == 0 and lines, p.stdout[-2000:] + p.stderr[-2000:]
         runs[label] = json.loads(lines[-1][len("RESULT: "):])
     g, base = runs["guard"], runs["baseline"]
-    assert g["alone"]["full"] >= g["alone"]["sliding"] >= base["alone"]["sliding"]
-    assert base["alone"]["full"] == base["alone"]["sliding"]  # vLLM alone: one size whatever the head dim
     from guard_core.versions import version_lt
 
-    if version_lt(g["flashinfer"], "0.7.1"):  # packed-row scratch: the 512 group outgrows vLLM's buffer
-        assert g["alone"]["full"] > base["alone"]["full"]
+    for k in ("sliding", "full"):
+        assert g["alone"][k] >= base["alone"][k], k  # never below what vLLM allocates
     for order, s in g["shared"].items():
-        assert s["same_storage"], order
-        assert s["after"] == s["second_holds"] == max(g["alone"].values()), (order, s, g["alone"])
+        assert s["same_storage"], order  # one buffer for both groups, grown in place
+        assert s["after"] == s["second_holds"] >= s["first_alone"], (order, s)
+    if version_lt(g["flashinfer"], "0.7.1"):
+        # packed-row scratch: the 512 group outgrows vLLM's buffer, the 256 group does not; shared
+        # in either order, the one buffer ends as large as the 512 group's own
+        assert g["alone"]["full"] > base["alone"]["full"] and g["alone"]["sliding"] == base["alone"]["sliding"]
+        for order, s in g["shared"].items():
+            assert s["after"] == g["alone"]["full"], (order, s, g["alone"])
+    else:
+        # FlashInfer >= 0.7.1 (PR #5177) on vLLM's 1 GiB+ buffers: the guard stands down
+        assert g["alone"] == base["alone"]
+        for order, s in g["shared"].items():
+            assert s["after"] == s["first_alone"], (order, s)
