@@ -311,15 +311,15 @@ def read_config(cfg: dict, name: str = "config.json") -> ModelGroups:
     kinds = _layer_kinds(text, cfg, raw, model_type, layers, window, name)
 
     # Nemotron-NAS (Llama-3.3-Nemotron-Super-49B): per-layer block_configs;
-    # attention.no_op / replace_with_linear layers have no attention, the others
-    # n_heads_in_group query heads per KV head (vllm models/nemotron_nas.py
-    # DeciLMDecoderLayer; ModelConfig.get_total_num_kv_heads's nemotron-nas branch)
+    # attention.no_op layers have no attention, the others n_heads_in_group query
+    # heads per KV head (vllm 0.33 models/nemotron_nas.py DeciLMDecoderLayer:134,148
+    # looks at no_op only; model_arch_config_convertor.py NemotronNasModelArchConfigConvertor)
     blocks = raw("block_configs")
     if isinstance(blocks, list) and blocks:
         for b in blocks:
             a = b.get("attention", {}) if isinstance(b, dict) else {}
-            if a.get("no_op") or a.get("replace_with_linear"):
-                other["no attention (block no_op / linear)"] = other.get("no attention (block no_op / linear)", 0) + 1
+            if a.get("no_op"):
+                other["no attention (block no_op)"] = other.get("no attention (block no_op)", 0) + 1
                 continue
             n = _int(a.get("n_heads_in_group"), "block_configs attention.n_heads_in_group", name, hi=4096)
             groups.append(AttentionGroup("full", heads, heads // n, hd, vdim, 1))

@@ -138,12 +138,11 @@ def read(path: str, tps=(1,)) -> dict:
                 lkv = int(mc.get_num_kv_heads(pc, la))
                 dqk = int(la.head_size)
             elif blocks:
-                # vllm models/nemotron_nas.py DeciLMDecoderLayer: attention.no_op / replace_with_linear
-                # layers run no attention; the others heads // n_heads_in_group KV heads
+                # vllm models/nemotron_nas.py DeciLMDecoderLayer: attention.no_op layers run no
+                # attention; the others heads // n_heads_in_group KV heads
                 a = blocks[i].attention
-                if a.no_op or getattr(a, "replace_with_linear", False):
-                    other["no attention (block no_op / linear)"] = other.get("no attention (block no_op / linear)",
-                                                                             0) + 1
+                if a.no_op:
+                    other["no attention (block no_op)"] = other.get("no attention (block no_op)", 0) + 1
                     continue
                 lkv = max(1, (heads_total // a.n_heads_in_group) // tp)
             if k not in ("full", "sliding", "chunked"):

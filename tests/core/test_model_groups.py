@@ -119,8 +119,7 @@ def test_mimo_v2_flash_sliding_layers_have_their_own_heads_and_sinks():
 def test_nemotron_super_block_configs():
     c = cfg_of("Llama-3_3-Nemotron-Super-49B-v1")
     assert c["num_key_value_heads"] is None
-    attn = [b["attention"] for b in c["block_configs"] if not b["attention"]["no_op"]
-            and not b["attention"]["replace_with_linear"]]
+    attn = [b["attention"] for b in c["block_configs"] if not b["attention"]["no_op"]]
     kvs = {c["num_attention_heads"] // a["n_heads_in_group"] for a in attn}
     gs = groups_of("Llama-3_3-Nemotron-Super-49B-v1")
     assert sum(g.count for g in gs) == len(attn) < c["num_hidden_layers"]
@@ -321,3 +320,56 @@ def test_sglang_plans_every_layer_with_the_full_layers_shape():
     (g,) = r["groups"]
     assert (g["num_qo_heads"], g["num_kv_heads"], g["head_dim_qk"], g["count"]) == (
         t["num_attention_heads"], t["num_global_key_value_heads"], t["global_head_dim"], t["num_hidden_layers"])
+
+
+# the same property for SGLang's launch command (python -m sglang.launch_server --model-path ...)
+_SGL_TWINS = {
+    "tp": ("--tp", st.sampled_from([1, 2, 8]), "--tp-size"),
+    "seqs": ("--max-num-seqs", st.sampled_from([16, 128, 512]), "--max-running-requests"),
+    "tokens": ("--max-batched-tokens", st.sampled_from([4096, 8192]), "--chunked-prefill-size"),
+    "len": ("--max-model-len", st.sampled_from([4096, 32768]), "--context-length"),
+    "page": ("--page-size", st.sampled_from([1, 16]), "--page-size"),
+    "kv": ("--kv-cache-dtype", st.sampled_from(["auto", "fp8_e4m3"]), "--kv-cache-dtype"),
+    "cap": ("--max-capture-batch", st.sampled_from([64, 256]), "--cuda-graph-max-bs"),
+    "eager": ("--no-cuda-graph", st.just(True), "--disable-cuda-graph"),
+}
+
+
+def _sgl_args(choice, plan_side: bool):
+    out = []
+    for key, val in choice.items():
+        flag, _, launch_flag = _SGL_TWINS[key]
+        f = flag if plan_side else launch_flag
+        out += [f] if val is True else [f, str(val)]
+    return out
+
+
+@hsettings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(choice=st.fixed_dictionaries({}, optional={k: v[1] for k, v in _SGL_TWINS.items()}),
+       model=st.sampled_from(["gemma-4-26B-A4B", "Qwen3-32B", "MiMo-V2-Flash"]),
+       line=st.sampled_from(["0.5.5", "0.5.23"]))
+def test_property_sglang_plan_options_and_launch_twins_agree(choice, model, line):
+    path = os.path.join(CORPUS, model + ".json")
+    common = ["--framework-version", line, "--gpu", "h100"]
+    launch = ["python", "-m", "sglang.launch_server", "--model-path", path]
+    try:
+        a = plan_json("--model", path, "--framework", "sglang", *common, *_sgl_args(choice, True))
+    except AssertionError:
+        with pytest.raises(AssertionError):
+            plan_json(*common, "--", *launch, *_sgl_args(choice, False))
+        return
+    b = plan_json(*common, "--", *launch, *_sgl_args(choice, False))
+    for key in ("need", "verdict", "planners", "layout", "limits", "groups", "workspace_bytes"):
+        assert a[key] == b[key], (key, choice)
+
+
+def test_sglang_every_option_at_once_and_its_launch_twin_agree():
+    path = os.path.join(CORPUS, "MiMo-V2-Flash.json")
+    choice = {"tp": 2, "seqs": 128, "tokens": 4096, "len": 32768, "page": 16, "kv": "fp8_e4m3", "cap": 64}
+    common = ["--framework-version", "0.5.5", "--gpu", "h100"]
+    a = plan_json("--model", path, "--framework", "sglang", *common, *_sgl_args(choice, True))
+    b = plan_json(*common, "--", "python", "-m", "sglang.launch_server", "--model-path", path,
+                  *_sgl_args(choice, False))
+    assert a["layout"]["tp"] == 2 and a["limits"]["max_num_seqs"] == 128 and a["layout"]["page_size"] == 16
+    for key in ("need", "verdict", "planners", "layout", "limits", "groups", "workspace_bytes"):
+        assert a[key] == b[key], key

@@ -164,3 +164,27 @@ def test_groups_of_different_head_dims_share_one_buffer_big_enough_for_both():
         assert g["alone"] == base["alone"]
         for order, s in g["shared"].items():
             assert s["after"] == s["first_alone"], (order, s)
+
+
+def test_nemotron_super_block_configs_as_vllms_own_code_reads_them():
+    """Llama-3.3-Nemotron-Super-49B needs its remote config class (configuration_decilm.py), which
+    an offline server cannot run: vLLM refuses the file in one line (above). Its own code for the
+    layout is run here on the published block_configs, with attribute access standing in for that
+    class: ``NemotronNasModelArchConfigConvertor.get_total_num_kv_heads`` (per-rank by vLLM's
+    ``max(1, total // tp)``) and ``DeciLMDecoderLayer``'s no_op rule, against the built-in reader."""
+    from types import SimpleNamespace
+
+    from vllm.transformers_utils import model_arch_config_convertor as conv
+
+    with open(os.path.join(CORPUS, "Llama-3_3-Nemotron-Super-49B-v1.json")) as fh:
+        raw = json.load(fh)
+    blocks = [SimpleNamespace(attention=SimpleNamespace(**b["attention"]), ffn=SimpleNamespace(**b["ffn"]))
+              for b in raw["block_configs"]]
+    cfg = SimpleNamespace(**dict(raw, block_configs=blocks))
+    total_kv = conv.MODEL_ARCH_CONFIG_CONVERTORS["nemotron-nas"](cfg, cfg).get_total_num_kv_heads()
+    attention_layers = sum(not b.attention.no_op for b in blocks)  # vLLM's has_noops count (config/model.py)
+    for tp in TPS:
+        mine = builtin("Llama-3_3-Nemotron-Super-49B-v1", tp)[1]
+        assert [(k, q, kv, d, count) for k, q, kv, d, _dv, count in mine] == [
+            ("full", raw["num_attention_heads"] // tp, max(1, total_kv // tp), raw["hidden_size"] // raw["num_attention_heads"],
+             attention_layers)]
