@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import replace
 
 from . import flashinfer_model as fm
 from .decisions import decide_moe
@@ -27,8 +28,6 @@ from .hf_cache import find_config, looks_like_model_id
 from .launch import LaunchError, attention_backend_note, parse_launch
 from .presets import DEFAULT_MODEL, ModelError, ModelFacts, find_preset, load_model
 from .settings import Settings
-from dataclasses import replace
-
 from .groups import server_view
 from .sizing import (INT_WORKSPACE_BYTES, AttentionLayout, Planners, ServingLimits, compute_requirement,
                      largest_fitting_capture, round_up_mib)
