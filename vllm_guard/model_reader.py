@@ -73,10 +73,27 @@ def _layer_arch(mc):
     return arch
 
 
+def _inspect_in_this_process() -> None:
+    """vLLM inspects each architecture's model class in a subprocess
+    (``models/registry.py`` ``_run_in_subprocess``: "to avoid initializing CUDA" in the
+    server process), one per architecture not in its cache. This reader is itself a
+    throwaway process: the same inspection runs here, without a Python start per
+    architecture (the answer, ``_ModelInfo.from_model_cls``, is the same)."""
+    try:
+        from vllm.model_executor.models import registry
+
+        if callable(getattr(registry, "_run_in_subprocess", None)):
+            registry._run_in_subprocess = lambda fn: fn()
+    except Exception:
+        pass
+
+
 def read(path: str, tps=(1,)) -> dict:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     from types import SimpleNamespace
+
+    _inspect_in_this_process()
 
     from vllm.config import ModelConfig
 
