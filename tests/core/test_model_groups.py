@@ -373,3 +373,11 @@ def test_sglang_every_option_at_once_and_its_launch_twin_agree():
     assert a["layout"]["tp"] == 2 and a["limits"]["max_num_seqs"] == 128 and a["layout"]["page_size"] == 16
     for key in ("need", "verdict", "planners", "layout", "limits", "groups", "workspace_bytes"):
         assert a[key] == b[key], key
+
+
+def test_doctor_model_prints_the_builtin_reading():
+    out = io.StringIO()
+    assert cli.run_doctor(out=out, model=os.path.join(CORPUS, "gemma-4-26B-A4B.json"), tp=2) == 0
+    line = [ln for ln in out.getvalue().splitlines() if ln.startswith("model ") and "built-in reader" in ln]
+    t = text_of(cfg_of("gemma-4-26B-A4B"))
+    assert line and f"{t['layer_types'].count('full_attention')} x full 8/1/{t['global_head_dim']}" in line[0]
