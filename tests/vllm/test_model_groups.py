@@ -120,9 +120,10 @@ def test_named_models_read_as_vllm_reads_them(vllm_readings, name):
 
 
 def test_plan_uses_vllms_reading_and_says_the_builtin_agrees(tmp_path):
-    d = tmp_path / "gemma4"
+    # gpt-oss-20b: two groups (sliding 128 and full, sinks), read by every vLLM line here
+    d = tmp_path / "gpt-oss-20b"
     d.mkdir()
-    shutil.copy(os.path.join(CORPUS, "MiMo-V2-Flash.json"), d / "config.json")
+    shutil.copy(os.path.join(CORPUS, "gpt-oss-20b.json"), d / "config.json")
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     p = subprocess.run([sys.executable, "-m", "guard_core.cli", "plan", "--json", "--model", str(d),
                         "--framework-version", "0.23.0", "--gpu", "h100", "--tp", "8"],
@@ -174,6 +175,7 @@ def test_nemotron_super_block_configs_as_vllms_own_code_reads_them():
     ``max(1, total // tp)``) and ``DeciLMDecoderLayer``'s no_op rule, against the built-in reader."""
     from types import SimpleNamespace
 
+    import vllm.config  # noqa: F401  (the convertor module is imported through it; alone it is a cycle on 0.23)
     from vllm.transformers_utils import model_arch_config_convertor as conv
 
     with open(os.path.join(CORPUS, "Llama-3_3-Nemotron-Super-49B-v1.json")) as fh:
