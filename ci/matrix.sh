@@ -54,7 +54,10 @@ for line in "${lines[@]}"; do
     > "$out/$line.conformance.log" 2>&1 || status=1
   echo "--- $line: planner conformance on FlashInfer ${fi_ver:-?}: $(tail -n 1 "$out/$line.conformance.log")"
   if [ "$fw" = vllm ]; then
-    FLASHINFER_GUARD_VLLM_LINE="$ver" FLASHINFER_GUARD_VLLM_FULL=1 HF_HUB_OFFLINE=1 \
+    # the differential search: a larger seeded sample than the default run (issue 17)
+    FLASHINFER_GUARD_DIFF_N="${FLASHINFER_GUARD_MATRIX_DIFF_N:-4}" \
+      FLASHINFER_GUARD_DIFF_GPUS="${FLASHINFER_GUARD_MATRIX_DIFF_GPUS:-a100,l40s,h100,h200,b200,b300,rtx6000}" \
+      FLASHINFER_GUARD_VLLM_LINE="$ver" FLASHINFER_GUARD_VLLM_FULL=1 HF_HUB_OFFLINE=1 \
       FLASHINFER_GUARD_SCENARIO_LOGS="$out/$line-scenarios" \
       "$py" -m pytest -q -p no:cacheprovider tests/vllm --junitxml="$out/$line.xml" -o junit_suite_name="$line" \
       > "$out/$line.pytest.log" 2>&1 || status=1

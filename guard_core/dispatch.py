@@ -187,20 +187,29 @@ def vllm_query_dtypes(cc, kv_kind: str | None, trtllm_forced_off: bool = False) 
     return prefill, decode
 
 
-def _vllm_trtllm_prefill(facts: PlannerFacts, usable: bool, q_kind: str, kv_kind: str) -> tuple:
+def _platform_fp8(name) -> bool:
+    """Whether a query dtype is CUDA's ``current_platform.fp8_dtype()``, float8_e4m3fn
+    (vLLM's cache dtype "fp8" is e4m3 too); an e5m2 query is not (vllm/platforms/cuda.py)."""
+    text = str(name).lower().replace("torch.", "")
+    return "e4m3" in text or text == "fp8"
+
+
+def _vllm_trtllm_prefill(facts: PlannerFacts, usable: bool, q_name, kv_kind: str) -> tuple:
     """(TRT-LLM prefill for causal batches, FA2 prefill possible too) by vLLM's own
     ``use_trtllm_attention(is_prefill=True)`` (vllm/utils/flashinfer.py 0.23.0:388-463,
     0.33.0:724-810): never when forced off, with DCP, off the supported platform
     (``usable``: SM10x with the cubins); always for an FP8 query or attention sinks;
     else, when not forced, only with an unquantized KV cache ("auto"). An FP8 KV cache
     with a 16-bit query (``disable_flashinfer_q_quantization``) therefore prefills with
-    FA2 on SM10x too. Non-causal layers always prefill with FA2 (0.33.0
+    FA2 on SM10x too, and so does an e5m2 query (``q_dtype == current_platform.fp8_dtype()``
+    is e4m3 only: found by the differential search, vLLM 0.23 on B300 with
+    ``--kv-cache-dtype fp8_e5m2``). Non-causal layers always prefill with FA2 (0.33.0
     flashinfer.py:1594, ``_noncausal_prefill_wrapper`` with backend "auto")."""
     if facts.trtllm_prefill is not None:  # the caller knows the answer
         trt = bool(facts.trtllm_prefill) and usable
     elif not usable or facts.trtllm_force is False or int(facts.dcp_size or 1) > 1:
         trt = False
-    elif q_kind == "fp8" or facts.has_sinks or facts.trtllm_force is True:
+    elif _platform_fp8(q_name) or facts.has_sinks or facts.trtllm_force is True:
         trt = True
     else:
         trt = kv_kind == "16bit"
@@ -218,7 +227,13 @@ def _vllm(facts: PlannerFacts, cc, kv_kind, trtllm: bool, qp="derive", qd="deriv
     # FlashInferDecodeKernel.XQA), which plans nothing in this buffer; the flag is already
     # False where XQA/TRT-LLM-gen cannot serve (head dim, DCP with XQA).
     trt_decode = usable if facts.trtllm_decode is None else bool(facts.trtllm_decode)
-    trt_prefill, fa2_too = _vllm_trtllm_prefill(facts, usable, q_prefill, kv_kind)
+    if qp == "derive":
+        q_name = facts.kv_dtype if (usable and not facts.q_quant_disabled) else "16bit"
+    elif qp == "kv":
+        q_name = facts.kv_dtype
+    else:
+        q_name = qp
+    trt_prefill, fa2_too = _vllm_trtllm_prefill(facts, usable, q_name, kv_kind)
     if trt_decode and int(facts.dcp_size or 1) <= 1:
         decode, dwhy = "trtllm", "decode TRT-LLM-gen" if _sm10x(cc) else "decode XQA"
     else:

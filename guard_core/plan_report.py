@@ -271,9 +271,10 @@ def build(a, resolve_gpu, environ=None) -> dict:
     q_prefill = q_decode = "derive"
     if fw == "vllm" and vllm_per_phase_builder(line):
         # vLLM 0.26+ sets the query dtype per phase itself (get_q_data_type); the rule gives
-        # dtype kinds, the planner choice takes dtype names
+        # dtype kinds, the planner choice takes dtype names: an FP8 query is the KV cache's own
+        # dtype (q_data_type = kv_cache_dtype; e4m3 or e5m2 matters to the TRT-LLM prefill rule)
         qp_kind, qd_kind = vllm_query_dtypes(gpu.cc, kv_kind, getattr(a, "trtllm_attention", None) == "off")
-        q_prefill, q_decode = _KIND_NAME.get(qp_kind, qp_kind), _KIND_NAME.get(qd_kind, qd_kind)
+        q_prefill, q_decode = (kv_dtype if k == "fp8" else _KIND_NAME.get(k, k) for k in (qp_kind, qd_kind))
     choice = choose_planners(PlannerFacts(framework=fw, cc=gpu.cc, kv_dtype=kv_dtype, trtllm_attention=trt,
                                           dcp_size=dcp_v, tensor_core_decode=tcd,
                                           q_prefill=q_prefill, q_decode=q_decode))

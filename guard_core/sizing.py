@@ -152,6 +152,9 @@ class Scenario:
     q_len: int
     plan: fm.Plan
     planner: str
+    # The concrete batch behind an eager figure: ((query tokens, KV pages, requests), ...),
+    # so a test can run exactly this batch through the framework and FlashInfer's real planner.
+    witness: tuple = ()
 
     @property
     def float_bytes(self) -> int:
@@ -348,7 +351,7 @@ def _eager_decode_scenarios(ctx, layout, limits, gpu, flashinfer_version, planne
         if kv:
             groups = [(1, p, c) for p, c in kv]
             n = sum(c for _, c in kv)
-            scenarios.append(Scenario("eager_decode", n, 1, ctx.fa2(groups, n, False), "fa2"))
+            scenarios.append(Scenario("eager_decode", n, 1, ctx.fa2(groups, n, False), "fa2", tuple(groups)))
     elif planners.decode == "fa3":
         n = max(1, max_requests)
         scenarios.append(Scenario("eager_decode", n, 1, ctx.fa3([(1, n)], n, False), "fa3"))
@@ -358,7 +361,8 @@ def _eager_decode_scenarios(ctx, layout, limits, gpu, flashinfer_version, planne
         kv = _long_kv_batch(cap, max_requests, min_chunk_pages, max_pages)
         if kv:
             n = sum(c for _, c in kv)
-            scenarios.append(Scenario("eager_decode", n, 1, ctx.cuda_decode(kv, False), "decode"))
+            scenarios.append(Scenario("eager_decode", n, 1, ctx.cuda_decode(kv, False), "decode",
+                                      tuple((1, p, c) for p, c in kv)))
 
 
 def _eager_prefill_scenarios(ctx, layout, limits, gpu, flashinfer_version, planners, caller, scenarios):
@@ -397,17 +401,17 @@ def _eager_prefill_scenarios(ctx, layout, limits, gpu, flashinfer_version, plann
             n = sum(c for _, c in kv)
             plan = ctx.fa2(groups, n * q, False, window=True)
             if best is None or plan.float_bytes > best[0].float_bytes:
-                best = (plan, n, q)
+                best = (plan, n, q, tuple(groups))
         # the int side: a full batch of short-KV prefills (no split, most tiles)
         t = limits.max_num_batched_tokens
         n = max(1, min(limits.max_num_seqs, t))
         groups = [(1, 1, n - 1), (t - (n - 1), 1, 1)] if n > 1 else [(t, 1, 1)]
         int_plan = ctx.fa2(groups, t, False, window=True)
         if best is not None:
-            plan, n_best, q_best = best
+            plan, n_best, q_best, witness = best
             if int_plan.int_bytes > plan.int_bytes:
                 plan = replace(plan, int_bytes=int_plan.int_bytes)
-            scenarios.append(Scenario("eager_prefill", n_best, q_best, plan, "fa2"))
+            scenarios.append(Scenario("eager_prefill", n_best, q_best, plan, "fa2", witness))
         else:
             scenarios.append(Scenario("eager_prefill", n, t // n, int_plan, "fa2"))
     elif planners.prefill == "fa3":

@@ -145,3 +145,58 @@ def test_sliding_window_clips_prefill_not_decode():
     kinds = lambda r: {x.name: x.float_bytes for x in r.scenarios}  # noqa: E731
     assert kinds(swa)["eager_decode"] == kinds(full)["eager_decode"]
     assert kinds(swa)["eager_prefill"] <= kinds(full)["eager_prefill"]
+
+
+# --- issue 17: vLLM's per-batch TRT-LLM prefill rule, XQA decode, FA3's head-dim gate ----------
+# Expected planners are vLLM's and FlashInfer's own rules as read from their code (cited in
+# guard_core/dispatch.py); the same deployments run through the real builders in
+# tests/vllm/realcalls_scenarios.py (groups h100_issue17, b300_issue17, the differential search).
+
+def _vllm_b300(**kw):
+    base = dict(framework="vllm", cc=(10, 3), trtllm_attention=True, trtllm_decode=True)
+    base.update(kw)
+    return choose_planners(PlannerFacts(**base)).candidates
+
+
+def test_vllm_sm10x_prefill_follows_use_trtllm_attention():
+    # 16-bit KV, auto: TRT-LLM prefill (kv_cache_dtype == "auto")
+    assert [p.prefill for p in _vllm_b300(kv_dtype="auto", q_prefill="bfloat16")] == ["trtllm"]
+    # FP8 (e4m3) KV with an FP8 query: "query is quantized" -> TRT-LLM
+    assert [p.prefill for p in _vllm_b300(kv_dtype="fp8", q_prefill="torch.float8_e4m3fn")] == ["trtllm"]
+    # FP8 KV with a BF16 query (disable_flashinfer_q_quantization): FA2
+    assert [p.prefill for p in _vllm_b300(kv_dtype="fp8", q_prefill="torch.bfloat16")] == ["fa2"]
+    # vLLM <= 0.25 derives the query from the KV dtype unless quantization is disabled
+    assert [p.prefill for p in _vllm_b300(kv_dtype="fp8", q_quant_disabled=True)] == ["fa2"]
+    # an e5m2 query is not current_platform.fp8_dtype(): FA2 (the differential search's B300 case)
+    assert [p.prefill for p in _vllm_b300(kv_dtype="fp8_e5m2")] == ["fa2"]
+    # forced off, and non-causal layers (DFlash): FA2
+    assert [p.prefill for p in _vllm_b300(trtllm_force=False)] == ["fa2"]
+    assert [p.prefill for p in _vllm_b300(noncausal=True)] == ["fa2"]
+    # attention sinks force TRT-LLM even with a 16-bit query on an FP8 cache
+    assert [p.prefill for p in _vllm_b300(kv_dtype="fp8", q_prefill="torch.bfloat16", has_sinks=True)] == ["trtllm"]
+
+
+def test_vllm_builder_decode_flag_counts_on_every_gpu():
+    """vLLM >= 0.32 decodes with XQA on SM90/SM12x under use_trtllm_decode_attention."""
+    for cc in ((9, 0), (12, 0)):
+        c = choose_planners(PlannerFacts("vllm", cc, kv_dtype="fp8", trtllm_attention=True, trtllm_decode=True,
+                                         q_prefill="torch.float8_e4m3fn", q_decode="torch.bfloat16")).candidates
+        assert [p.decode for p in c] == ["trtllm"], cc
+    c = choose_planners(PlannerFacts("vllm", (9, 0), trtllm_attention=True, trtllm_decode=False)).candidates
+    assert [p.decode for p in c] == ["fa2"]
+
+
+def test_fa3_head_dim_gate_by_release():
+    from guard_core.dispatch import fa3_head_dim_gate
+    from guard_core.sizing import AttentionLayout
+
+    choice = choose_planners(PlannerFacts("vllm", (9, 0), trtllm_attention=False, q_prefill="bfloat16",
+                                          q_decode="bfloat16"))
+    assert choice.planners.prefill == "fa3"
+    for hd, fa3_ok in ((64, True), (128, True), (256, True), (80, False), (96, False), (512, False)):
+        lay = AttentionLayout(16, 2, hd, hd)
+        gated = fa3_head_dim_gate(choice, lay, "0.7.2.post1").planners.prefill
+        assert gated == ("fa3" if fa3_ok else "fa2"), hd
+        # FlashInfer 0.6.14 has no gate (its determine_attention_backend takes no head dims)
+        assert fa3_head_dim_gate(choice, lay, "0.6.14").planners.prefill == "fa3"
+    assert fa3_head_dim_gate(choice, AttentionLayout(16, 2, 192, 128), "0.7.2.post1").planners.prefill == "fa3"

@@ -381,3 +381,12 @@ def test_doctor_model_prints_the_builtin_reading():
     line = [ln for ln in out.getvalue().splitlines() if ln.startswith("model ") and "built-in reader" in ln]
     t = text_of(cfg_of("gemma-4-26B-A4B"))
     assert line and f"{t['layer_types'].count('full_attention')} x full 8/1/{t['global_head_dim']}" in line[0]
+
+
+@pytest.mark.parametrize("kv, prefill", [("fp8_e5m2", "fa2"), ("fp8_e4m3", "trtllm")])
+def test_vllm_026_query_dtype_is_the_kv_cache_dtype_itself(kv, prefill):
+    # vLLM 0.26+: an FP8 query is the KV cache's dtype; use_trtllm_attention(is_prefill=True) takes
+    # it only when it is current_platform.fp8_dtype(), e4m3 (vllm/utils/flashinfer.py 0.33.0:724-810)
+    r = plan_json("--model", "Qwen3-32B", "--framework-version", "0.33.0", "--gpu", "b200",
+                  "--trtllm-attention", "on", "--kv-cache-dtype", kv)
+    assert r["planners"]["prefill"] == prefill and not r["planner_missing"]

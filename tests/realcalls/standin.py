@@ -518,7 +518,22 @@ def install(gpu_name: str, num_sms: int, cc: tuple[int, int], *, kernel_occupanc
         try:
             from guard_core import gpus
 
-            gpus.detect_gpu = lambda device=None: gpus.Gpu(gpu_name, s.gpu.num_sms, cc_t)
+            real_detect = gpus.detect_gpu
+
+            def detect_gpu(device=None):
+                """The guard's own device reader runs as it does on a GPU machine: only the two
+                questions a CPU answers differently (is CUDA available, which device is current)
+                are answered for the scenario GPU; the properties come from the stand-in above."""
+                saved = torch.cuda.is_available, torch.cuda.current_device
+                torch.cuda.is_available, torch.cuda.current_device = (lambda: True), (lambda: 0)
+                try:
+                    gpu = real_detect(None if getattr(device, "type", "cuda") != "cuda" else device)
+                finally:
+                    torch.cuda.is_available, torch.cuda.current_device = saved
+                s.recorder.detect_gpu_calls = getattr(s.recorder, "detect_gpu_calls", 0) + 1
+                return gpu
+
+            gpus.detect_gpu = detect_gpu
         except ImportError:
             pass
     _installed = s

@@ -56,7 +56,10 @@ GQA2_LLAMA = {
     "intermediate_size": 11008, "vocab_size": 32000, "max_position_embeddings": 32768,
     "rms_norm_eps": 1e-6, "rope_theta": 10000, "torch_dtype": "bfloat16",
 }
-MODELS = {"qwen3vl": sc.QWEN3_VL_32B, "qwen35": sc.QWEN35_SHAPED_LLAMA, "gqa2": GQA2_LLAMA}
+# Llama-3.1-8B's attention (32 q / 8 kv, head_dim 128: meta-llama/Llama-3.1-8B-Instruct config.json),
+# the EAGLE report of issue 17; a 4096-token context keeps SGLang's draft index buffers small
+LLAMA8B = dict(GQA2_LLAMA, num_key_value_heads=8, max_position_embeddings=4096)
+MODELS = {"qwen3vl": sc.QWEN3_VL_32B, "qwen35": sc.QWEN35_SHAPED_LLAMA, "gqa2": GQA2_LLAMA, "llama8b": LLAMA8B}
 
 # (id, options): the matrix of tests/sglang/test_realcalls.py and
 # benchmarks/bench_realcalls_sglang.py, the same on every SGLang line (H200).
@@ -165,6 +168,13 @@ class _HostKvTranslator:
     def bind_runner_slots(self, forward_batch):
         return None
 
+    def read_source(self, plan=None, *, req_pool_indices=None, bs=None):
+        """0.5.23's EAGLE draft path reads its index source here (ids untranslated)."""
+        import types
+
+        return types.SimpleNamespace(row_ids=req_pool_indices, ids=self.req_to_token,
+                                     row_stride=int(self.req_to_token.shape[1]), entry_page_size=1, v2p=None)
+
 
 def _segment_packbits_on_host(x, indptr, bitorder="big"):
     """Host version of FlashInfer's CUDA segment_packbits: each segment's bools packed
@@ -252,13 +262,17 @@ def _server_args(model_dir, opts):
     draft = int(opts.get("draft_tokens", 0) or 0)
     if draft:
         kw.update(speculative_algorithm="EAGLE", speculative_draft_model_path=model_dir,
-                  speculative_num_steps=max(1, draft - 1), speculative_eagle_topk=1,
+                  speculative_num_steps=int(opts.get("draft_steps", max(1, draft - 1))),
+                  speculative_eagle_topk=int(opts.get("topk", 1)),
                   speculative_num_draft_tokens=draft)
     sa = sc.gpu_resolved(sc.server_args(model_dir, **kw))
+    if opts.get("max_bs"):  # --cuda-graph-max-bs as the user passed it
+        sa.cuda_graph_max_bs = int(opts["max_bs"])
+        sa.cuda_graph_bs = [b for b in sc.SEED_CAPTURE if b <= int(opts["max_bs"])]
     return sa
 
 
-def _gpu_graph_config():
+def _gpu_graph_config(max_bs=512):
     """0.5.2x resolves the CUDA-graph config into the runtime context; with device="cpu"
     it stays None. Put back what the same launch resolves to on the seed's GPU (decode
     graphs for sc.SEED_CAPTURE, max 512), as sc.gpu_resolved does on the ServerArgs."""
@@ -268,7 +282,8 @@ def _gpu_graph_config():
     except ImportError:
         return
     graph = get_exec().graph
-    cfg = with_phase(default_cuda_graph_config(), Phase.DECODE, bs=list(sc.SEED_CAPTURE), max_bs=512)
+    cfg = with_phase(default_cuda_graph_config(), Phase.DECODE, bs=[b for b in sc.SEED_CAPTURE if b <= max_bs],
+                     max_bs=max_bs)
     object.__setattr__(graph, "cuda_graph_config", cfg)
     fields = graph.__dict__.get("_fields")
     if isinstance(fields, dict):
@@ -276,6 +291,7 @@ def _gpu_graph_config():
 
 
 def _runner(sa, mc, kv_dtype, *, pool_size, width):
+    max_bs = int(getattr(sa, "cuda_graph_max_bs", None) or 512)
     import torch
 
     runner = _cpu.model_runner(sa, mc, kv_cache_dtype=kv_dtype, pool_size=pool_size)
@@ -285,7 +301,7 @@ def _runner(sa, mc, kv_dtype, *, pool_size, width):
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     runner.spec_algorithm = SpeculativeAlgorithm.from_string(sa.speculative_algorithm)
-    _gpu_graph_config()
+    _gpu_graph_config(max_bs)
     if hasattr(runner, "kv_index_translator"):  # 0.5.2x: set to None by _cpu.model_runner
         runner.kv_index_translator = _HostKvTranslator(runner.req_to_token_pool.req_to_token)
     return runner
@@ -327,60 +343,14 @@ def _prediction_dict(seen):
                planners={"prefill": req.planners.prefill, "decode": req.planners.decode},
                notes=list(req.notes),
                scenarios=[{"name": x.name, "batch": x.batch, "q_len": x.q_len, "planner": x.planner,
-                           "float_bytes": x.float_bytes} for x in req.scenarios],
+                           "float_bytes": x.float_bytes,
+                           "witness": [list(g) for g in getattr(x, "witness", ()) or ()]} for x in req.scenarios],
                dominant=None if req.dominant is None else {
                    "name": req.dominant.name, "batch": req.dominant.batch, "q_len": req.dominant.q_len,
                    "float_bytes": req.dominant.float_bytes})
     if s.decision is not None:
         out["decision"] = {"action": s.decision.action, "allocate_bytes": int(s.decision.allocate_bytes),
                            "text": s.decision.text}
-    return out
-
-
-# ---------------------------------------------------------------- the eager batches the core names
-
-def eager_batches(layout_q, layout_kv, head_dim, gpu, fi_version, limits, page_size=1, tensor_core_decode=True):
-    """KV lengths of the core's eager_decode / eager_prefill scenarios: the batches
-    guard_core.sizing builds them from (its _long_kv_batch), for the same limits: split
-    up to FA2's cap (2 * SMs / kv heads), or for CUDA-core decode up to the core's bound
-    on DecodePlan's grid (blocks per SM * SMs / kv heads)."""
-    from guard_core import flashinfer_model as fm
-    from guard_core import sizing
-
-    g = layout_q // layout_kv
-    min_chunk = max(128 // page_size, 1)
-    max_pages = max(1, -(-int(limits["max_model_len"]) // page_size)) if limits.get("max_model_len") else None
-    fa2_max_bs = (2 * gpu.num_sms) // layout_kv
-    out = {}
-    cap = fa2_max_bs
-    if not tensor_core_decode:
-        lay = sizing.AttentionLayout(layout_q, layout_kv, head_dim, head_dim, page_size,
-                                     limits.get("kv_dtype_bytes", 2))
-        cap = (sizing.decode_blocks_per_sm_bound(lay, gpu) * gpu.num_sms) // layout_kv
-    kv = sizing._long_kv_batch(cap, limits["max_num_seqs"], min_chunk, max_pages)
-    if kv:
-        out["eager_decode"] = {"q_len": 1, "kv_pages": [p for p, c in kv for _ in range(c)]}
-    best = []
-    seen = set()
-    cands = {1}
-    for th in (16, 32, 64, 128):
-        cands.add(max(1, -(-(th + 1) // g)))
-        cands.add(max(1, th // g))
-    for q in sorted(cands):
-        if q > limits["max_num_batched_tokens"]:
-            continue
-        cta = fm.cta_tile_q(fi_version, q * g, head_dim, head_dim, limits.get("kv_dtype_bytes", 2), gpu.cc[0],
-                            sizing._optin_smem(gpu))
-        tiles = -(-(q * g) // cta)
-        if (cta, tiles) in seen:
-            continue
-        seen.add((cta, tiles))
-        chunks = fa2_max_bs // tiles if tiles else 0
-        max_req = max(1, min(limits["max_num_seqs"], limits["max_num_batched_tokens"] // q))
-        kvq = sizing._long_kv_batch(chunks, max_req, min_chunk, max_pages) if chunks else None
-        if kvq:
-            best.append({"q_len": q, "kv_pages": [p for p, c in kvq for _ in range(c)]})
-    out["eager_prefill_candidates"] = best
     return out
 
 
@@ -501,9 +471,138 @@ def _eager(backend, runner, batches, rec, calls, errors, kind):
             calls.append(dict(c, phase=kind, batch=n, q_len=q))
 
 
+class _DraftIndicesOnHost:
+    """Host version of SGLang's Triton ``generate_draft_decode_kv_indices`` (spec_utils.py
+    0.5.5:219-296; 0.5.23 keeps the arguments the planner depends on in the same places):
+    launched on the grid (steps[, x token blocks], num_seqs, topk), it writes, for every draft
+    step i, ``kv_indptr[i, z] = sum(positions[:z]) + z * (i + 1)`` for z = 1 .. num_seqs * topk
+    (each branch attends its sequence plus the i + 1 draft tokens so far). The KV index
+    values themselves are never read by the planner and are left as they are."""
+
+    def __init__(self, steps: int):
+        self.steps = steps
+
+    def __getitem__(self, grid):
+        num_seqs, topk = int(grid[1]), int(grid[2])
+
+        def launch(*args, **kwargs):
+            import torch
+
+            kv_indptr, positions = args[4], args[5]
+            pos = positions.to("cpu").to(torch.int64)[: num_seqs * topk]
+            cum = torch.zeros(num_seqs * topk + 1, dtype=torch.int64)
+            cum[1:] = torch.cumsum(pos, 0)
+            z = torch.arange(num_seqs * topk + 1, dtype=torch.int64)
+            for i in range(self.steps):
+                kv_indptr[i, : num_seqs * topk + 1] = (cum + z * (i + 1)).to(kv_indptr.dtype)
+        return launch
+
+
+def _draft_pass(fb, sa, mc, gpu, rec, kv_dtype, opts, seen):
+    """SGLang's multi-step EAGLE draft backend on a draft-worker runner: its own __init__
+    (steps - 1 FlashInferAttnBackend(skip_prefill=True), each sized by the guard), its CUDA-graph
+    state, and the capture-time metadata call of each capture size (largest first), which plans
+    topk x bs decode requests per step through SGLang's own begin_forward / fast_decode_plan."""
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
+
+    try:
+        from sglang.srt.speculative.eagle_info import EagleDraftInput
+    except ImportError:  # older layout
+        from sglang.srt.speculative.eagle_utils import EagleDraftInput
+
+    topk, steps = int(opts["topk"]), int(opts.get("draft_steps", 3))
+    pool = int(opts.get("pool_size", 4096))
+    runner = _runner(sa, mc, kv_dtype, pool_size=pool, width=int(opts.get("kv_width", 40000)))
+    runner.is_draft_worker = True
+    n_sizings = len(seen["sizings"])
+    draft = fb.FlashInferMultiStepDraftBackend(runner, topk, steps)
+    draft.generate_draft_decode_kv_indices = _DraftIndicesOnHost(steps)
+    sizings = [x for x in seen["sizings"][n_sizings:] if x is not None]
+    out = {"calls": [], "errors": [], "backends": len(draft.attn_backends)}
+    out["prediction"] = _prediction_dict({"sizings": sizings}) if sizings else None
+    ws = draft.attn_backends[0].workspace_buffer
+    out["workspace_bytes"] = int(ws.numel() * ws.element_size())
+    try:  # <= 0.5.1x
+        from sglang.srt.model_executor import cuda_graph_runner as cgr
+
+        get_sizes = cgr.get_batch_sizes_to_capture
+    except ImportError:
+        from sglang.srt.model_executor.runner import base_cuda_graph_runner as bcgr
+
+        get_sizes = bcgr.get_batch_sizes_to_capture
+    capture_bs, _ = get_sizes(runner)
+    max_bs = max(capture_bs)
+    draft.init_cuda_graph_state(max_bs, max_bs * topk)
+    fill = draft.attn_backends[0].get_cuda_graph_seq_len_fill_value()
+    for bs in reversed(capture_bs):
+        n = bs * topk
+        spec_info = EagleDraftInput(topk_p=torch.zeros((bs, topk)), topk_index=torch.zeros((bs, topk), dtype=torch.int64),
+                                    hidden_states=torch.zeros((bs, 8)))
+        seq_lens = torch.full((bs,), fill, dtype=torch.int32)
+        kw = dict(forward_mode=ForwardMode.DECODE, batch_size=bs, input_ids=torch.zeros((n,), dtype=torch.int64),
+                  req_pool_indices=torch.zeros((bs,), dtype=torch.int32), seq_lens=seq_lens,
+                  seq_lens_cpu=seq_lens.clone(), seq_lens_sum=int(seq_lens.sum()),
+                  out_cache_loc=torch.zeros((n * steps,), dtype=torch.int64),
+                  positions=torch.full((n,), fill, dtype=torch.int64), spec_info=spec_info,
+                  spec_algorithm=runner.spec_algorithm, req_to_token_pool=runner.req_to_token_pool)
+        fields = set(getattr(ForwardBatch, "__dataclass_fields__", {}))
+        fwd = ForwardBatch(**{k: v for k, v in kw.items() if not fields or k in fields})
+        n0 = len(rec.calls)
+        rec.tag = "draft_capture"
+        try:
+            if hasattr(draft, "init_forward_metadata_capture_cuda_graph"):
+                draft.init_forward_metadata_capture_cuda_graph(fwd)
+            else:
+                draft.init_forward_metadata_out_graph(fwd, in_capture=True)
+        except Exception as e:
+            out["errors"].append({"phase": "draft_capture", "batch": bs, "error": f"{type(e).__name__}: {e}"})
+        for c in _calls_since(rec, n0):
+            out["calls"].append(dict(c, phase="cuda_graph_draft_decode", batch=bs, q_len=1))
+    out["capture_bs"] = list(capture_bs)
+    return out
+
+
+def _search(backend, runner, rec, calls, errors, limits, budget, seed):
+    """Random eager batches SGLang's scheduler could send (at most max running requests, at
+    most the chunked-prefill size of new tokens, no request past the context length), then
+    greedy mutations of the one whose real plan was largest. The objective is FlashInfer's
+    own float bytes; nothing here comes from guard_core."""
+    import random
+
+    rng = random.Random(seed * 7919 + 5)
+    mns, mbt, mml = limits["max_num_seqs"], limits["max_num_batched_tokens"], int(limits["max_model_len"])
+    best = (-1, None)
+    tried = 0
+
+    def draw():
+        n = max(1, min(mns, int(rng.choice([1, 2, 4, 8, 16, 32, 64, 128, 256]) * rng.uniform(0.5, 1.5))))
+        q = rng.choice([1, 1, rng.randint(2, 16), rng.randint(17, 128)])
+        q = max(1, min(q, mbt // n))
+        kv = rng.choice([256, 2048, 8192, mml])
+        return q, [max(q + 1, min(mml, int(rng.uniform(q + 1, max(q + 1, kv))))) for _ in range(n)]
+
+    def mutate(q, kv):
+        n = max(1, min(mns, int(len(kv) * rng.choice([0.5, 0.8, 1.25, 2])) + rng.choice([-1, 0, 1])))
+        q2 = max(1, min(mbt // n, int(q * rng.choice([0.5, 1, 1, 2])) + rng.choice([-1, 0, 1])))
+        k = max(q2 + 1, min(mml, int(kv[0] * rng.choice([0.5, 0.9, 1, 1.1, 2])) + rng.choice([-128, 0, 128])))
+        return q2, [k] * n
+
+    for i in range(budget):
+        q, kv = draw() if (best[1] is None or i < budget // 2) else mutate(*best[1])
+        n0 = len(calls)
+        _eager(backend, runner, [{"q_len": q, "kv_pages": kv}], rec, calls, errors,
+               "eager_decode" if q == 1 else "eager_prefill")
+        tried += 1
+        f = max((c["float_bytes"] or 0 for c in calls[n0:]), default=0)
+        if f > best[0]:
+            best = (f, (q, kv))
+    return {"batches": tried, "best_float_bytes": best[0],
+            "best": None if best[1] is None else {"n": len(best[1][1]), "q": best[1][0], "kv": max(best[1][1])}}
+
+
 def _one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts):
     """Build SGLang's backend and make its plan() calls: capture, then the eager batches."""
-    from guard_core.versions import flashinfer_version
 
     pool = int(opts.get("pool_size", 4096))
     width = int(opts.get("kv_width", 40000))
@@ -511,6 +610,8 @@ def _one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts):
     t = [time.time()]
     runner = _runner(sa, mc, kv_dtype, pool_size=pool, width=width)
     backend = fb.FlashInferAttnBackend(runner)
+    if opts.get("_seen") is not None:
+        opts = dict(opts, _prediction=_prediction_dict(opts["_seen"]))
     ws = backend.workspace_buffer
     out["workspace_bytes"] = int(ws.numel() * ws.element_size())
     out["decode_use_tensor_cores"] = bool(backend.decode_use_tensor_cores)
@@ -521,15 +622,20 @@ def _one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts):
         out["capture_bs"] = _capture(fb, backend, runner, sa, rec, calls, errors)
     t.append(time.time())
     if "eager" in phases:
-        limits = {"max_num_seqs": int(sa.max_running_requests or pool), "max_model_len": mc.context_len,
-                  "max_num_batched_tokens": int(sa.chunked_prefill_size),
-                  "kv_dtype_bytes": int(kv_dtype.itemsize)}
-        eb = eager_batches(mc.num_attention_heads, mc.get_num_kv_heads(1), mc.head_dim, gpu,
-                           flashinfer_version(), limits, tensor_core_decode=bool(backend.decode_use_tensor_cores))
-        if "eager_decode" in eb:
-            _eager(backend, runner, [eb["eager_decode"]], rec, calls, errors, "eager_decode")
-        _eager(backend, runner, eb["eager_prefill_candidates"], rec, calls, errors, "eager_prefill")
+        limits = {"max_num_seqs": min(int(sa.max_running_requests or pool), pool), "max_model_len": mc.context_len,
+                  "max_num_batched_tokens": int(sa.chunked_prefill_size)}
+        # the guard's own witness batches (inputs only: their bytes come from the real planner) ...
+        pred = opts.get("_prediction") or {}
+        for sc_ in pred.get("scenarios") or []:
+            w = sc_.get("witness") or []
+            if sc_["name"] in ("eager_decode", "eager_prefill") and w:
+                batch = {"q_len": int(w[0][0]), "kv_pages": [int(p) for _q, p, c in w for _ in range(int(c))]}
+                _eager(backend, runner, [batch], rec, calls, errors, sc_["name"])
+        # ... and an independent random + greedy search for the largest eager plan
+        out["search"] = _search(backend, runner, rec, calls, errors, limits, int(opts.get("search", 16)),
+                                int(opts.get("seed", 0)))
     t.append(time.time())
+    out["workspace_bytes_after"] = int(backend.workspace_buffer.numel() * backend.workspace_buffer.element_size())
     out["calls"] = calls
     out["errors"] = errors
     out["first_error"] = errors[0]["error"] if errors else None
@@ -552,15 +658,49 @@ def _forget_process_buffer(fb):
     os.environ.pop("SGLANG_FLASHINFER_WORKSPACE_SIZE", None)
 
 
+def _understate():
+    """Fault injection (the safety net's test): every requirement the SGLang adapter gets is
+    short by its dominant plan's largest allocation, so the buffer it sizes is too small and
+    FlashInfer's real planner overflows inside SGLang's own begin_forward."""
+    import dataclasses
+
+    import guard_core.dispatch as d
+
+    real = d.size_choice
+
+    def short(*a, **k):
+        r = real(*a, **k)
+        dom = r.dominant.dominant_allocation if r.dominant else None
+        return dataclasses.replace(r, float_bytes=max(0, r.float_bytes - (dom.bytes if dom else 0)))
+
+    d.size_choice = short
+
+
+def _net_state():
+    try:
+        from guard_core import safety_net
+
+        return {"entry_points": safety_net.patched_entry_points()}
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
 def run(opts):
     t0 = time.time()
     import torch
 
     out = sc.load_guard()
     seen = _guard_prediction()
+    if opts.get("understate"):
+        _understate()
     gpu = _cpu.use_table_gpu(opts.get("gpu", "h200"))
     tmp = tempfile.mkdtemp()
-    model = MODELS[opts.get("model", "qwen3vl")]
+    if opts.get("shape"):  # a generated deployment (tests/differential): per-rank heads, head dim
+        q, kv, hd = (int(x) for x in opts["shape"])
+        model = dict(GQA2_LLAMA, num_attention_heads=q, num_key_value_heads=kv, head_dim=hd, hidden_size=q * hd,
+                     max_position_embeddings=int(opts.get("context", 8192)))
+    else:
+        model = MODELS[opts.get("model", "qwen3vl")]
     sa = _server_args(_cpu.write_model(tmp, "model", model), opts)
     sc.setup_logging(sa)
     from sglang.srt.configs.model_config import ModelConfig
@@ -574,9 +714,11 @@ def run(opts):
     _single_rank_groups()
     kv_dtype = {"fp8": torch.float8_e4m3fn}.get(opts.get("kv"), torch.bfloat16)
     with _HostMemory():
-        out.update(_one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts))
+        out.update(_one_pass(fb, sa, mc, gpu, rec, kv_dtype, dict(opts, _seen=seen)))
         out["prediction"] = _prediction_dict(seen)
         out["sglang_server_bytes"] = seen["server_bytes"][-1] if seen["server_bytes"] else None
+        if opts.get("topk"):
+            out["draft"] = _draft_pass(fb, sa, mc, gpu, rec, kv_dtype, opts, seen)
         if opts.get("also_without_guard") and out["registered"]:
             # The same process with the guard's wrapper taken off again (its undo) and
             # SGLang's per-process buffer forgotten: SGLang's own sizing and calls.
@@ -584,7 +726,9 @@ def run(opts):
 
             out["unpatched"] = bool(gws.unpatch(fb))
             _forget_process_buffer(fb)
-            out["without_guard"] = _one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts)
+            out["without_guard"] = _one_pass(fb, sa, mc, gpu, rec, kv_dtype,
+                                             dict(opts, _prediction=out["prediction"]))
+    out["safety_net"] = _net_state()
     out["gpu"] = {"name": gpu.name, "sms": gpu.num_sms, "cc": list(gpu.cc)}
     out["seconds"] = round(time.time() - t0, 1)
     out["timing"]["import"] = round(t_import - t0, 1)

@@ -225,3 +225,61 @@ def test_matrix_each_scenario_matches_the_core_call_for_call(case, opts):
     diff = {f"{k[0]}{'' if k[1] is None else ' bs ' + str(k[1])}": (seen[k], core.get(k)) for k in seen
             if seen[k] != core.get(k)}
     assert not diff, f"(observed, predicted) where they differ: {dict(list(diff.items())[:6])}"
+
+
+# ---------------------------------------------------------------- the safety net in SGLang (issue 17)
+
+def test_safety_net_wraps_every_sglang_planning_entry_point():
+    """SGLang plans only through begin_forward (FlashInfer's class-body alias of plan) and,
+    for CUDA graphs, fast_decode_plan / its own fast_prefill_plan: the net wraps them all."""
+    r = realcalls(model="qwen35", phases=["capture"]).result
+    eps = set(r["safety_net"]["entry_points"])
+    for cls in ("BatchPrefillWithPagedKVCacheWrapper", "BatchPrefillWithRaggedKVCacheWrapper",
+                "BatchDecodeWithPagedKVCacheWrapper"):
+        assert f"{cls}.plan" in eps and f"{cls}.begin_forward" in eps, sorted(eps)
+    assert "flashinfer.decode.fast_decode_plan" in eps, sorted(eps)
+
+
+def test_safety_net_recovers_inside_sglangs_own_capture():
+    """The core's need under-stated by one allocation and SGLang's buffer set small by the
+    user (8 MiB, raised by the guard to the short need): FlashInfer's real planner overflows
+    in SGLang's begin_forward at the largest capture batch (before any graph), the net grows
+    the shared buffer in place and re-plans. No error reaches SGLang; one warning."""
+    run = realcalls(env={"SGLANG_FLASHINFER_WORKSPACE_SIZE": str(8 * MIB)}, model="qwen35", understate=True,
+                    phases=["capture"])
+    r = run.result
+    failed = [c for c in r["calls"] if not c["ok"]]
+    assert failed, "the understated model did not make FlashInfer overflow (nothing tested)"
+    assert "Buffer overflow" in (failed[0].get("error") or "")
+    assert r["errors"] == [], r["errors"][:2]
+    net = run.lines("workspace")
+    net = [ln for ln in net if "safety net" in ln]
+    assert len(net) == 1 and "plan retried" in net[0], run.guard_lines
+    largest = max(c["float_bytes"] for c in r["calls"] if c["ok"])
+    assert r["workspace_bytes"] < largest <= r["workspace_bytes_after"]  # grown in place, same tensor
+    assert r["calls"][-1]["ok"]
+
+
+# ---------------------------------------------------------------- EAGLE topk > 1 (issue 17)
+
+def test_eagle_topk_draft_decode_through_sglangs_own_draft_backend():
+    """Llama-3.1-8B's attention (32/8/128), --cuda-graph-max-bs 64 --speculative-eagle-topk 8
+    --speculative-num-draft-tokens 8, under FLASHINFER_GUARD_WORKSPACE=exact: SGLang's own
+    FlashInferMultiStepDraftBackend plans topk x bs = 512 decode requests per draft step at
+    capture. The guard sizes the draft runner's backends for them (it sized 39.8 MiB, the
+    target's need, where the draft steps plan 40.2 MiB on FlashInfer 0.7.2): no draft plan
+    overflows, and the draft need is the largest real draft plan within 1 MiB."""
+    run = realcalls(env={"FLASHINFER_GUARD_WORKSPACE": "exact"}, model="llama8b", draft_tokens=8, topk=8,
+                    draft_steps=3, max_bs=64, phases=["capture"])
+    r = run.result
+    d = r["draft"]
+    assert r["errors"] == [] and d["errors"] == [], (r["errors"][:1], d["errors"][:1])
+    calls = d["calls"]
+    assert calls and all(c["batch_size"] == 8 * c["batch"] for c in calls), calls[:1]
+    real = max(c["float_bytes"] for c in calls)
+    pred = d["prediction"]
+    assert pred is not None and real <= pred["float_bytes"] <= real + MIB, (pred["float_bytes"], real)
+    assert d["workspace_bytes"] >= real
+    assert all(c["ok"] for c in calls)
+    if r["prediction"]["fi_version"] == "0.7.2":  # the report's numbers, FlashInfer 0.7.2
+        assert real == 42204672  # 40.2 MiB

@@ -61,7 +61,10 @@ MIB = 1 << 20
 # models: (num_attention_heads, num_key_value_heads, head_dim) of the full config
 QWEN35 = dict(heads=32, kv_heads=2, head_dim=256)  # Qwen3.5-397B-A17B full attention
 GPUS = {
+    "a100": ("NVIDIA A100-SXM4-80GB", 108, (8, 0)),
     "l40s": ("NVIDIA L40S", 142, (8, 9)),
+    "h100": ("NVIDIA H100 80GB HBM3", 132, (9, 0)),
+    "rtx6000": ("NVIDIA RTX PRO 6000 Blackwell Server Edition", 188, (12, 0)),
     "h200": ("NVIDIA H200", 132, (9, 0)),
     "b200": ("NVIDIA B200", 148, (10, 0)),
     "b300": ("NVIDIA B300", 160, (10, 3)),
@@ -83,6 +86,11 @@ class Case:
     layout: str = "full"  # "full" | "swa+full" (two KV-cache groups sharing one buffer, V2 runner)
     sliding_window: int = 4096
     eager: bool = True
+    cudagraphs: bool = True  # False: --enforce-eager (cudagraph_mode NONE)
+    disable_q_quant: bool = False  # --attention-config.disable_flashinfer_q_quantization
+    trtllm: bool | None = None  # --attention-config.use_trtllm_attention
+    search: int = 0  # eager batches drawn by the independent random + greedy search (tests/differential)
+    seed: int = 0
 
 
 # GPU group -> (gpu key, trtllm cubins visible, cases)
@@ -109,6 +117,22 @@ GROUPS: dict[str, tuple[str, bool, list[Case]]] = {
     "b200_no_trtllm_1024": ("b200", False, [
         Case("b200_no_trtllm_1024", max_num_seqs=1024, max_num_batched_tokens=8192),
     ]),
+    # issue 17's reports, each a deployment the guard mis-predicted before:
+    # - FA3's head-dim gate: head dim 512 (gemma-4's full-attention layers), --enforce-eager on
+    #   H100: FlashInfer >= 0.6.15 prefills with FA2 (float scratch), not FA3 (int only);
+    # - SM90 with the TRT-LLM cubins and an FP8 KV cache: vLLM >= 0.32 decodes with XQA,
+    #   nothing planned in this buffer (the guard sized FA2 decode graphs that never run);
+    "h100_issue17": ("h100", "installed", [
+        Case("h100_hd512_eager", model=dict(heads=16, kv_heads=2, head_dim=512), cudagraphs=False),
+        Case("h100_fp8kv_xqa", kv_cache_dtype="fp8"),
+    ]),
+    # - SM10x, FP8 KV cache with a BF16 query (disable_flashinfer_q_quantization): vLLM's
+    #   use_trtllm_attention(is_prefill=True) refuses TRT-LLM, prefill runs FA2 (the guard said
+    #   TRT-LLM: 1 MiB in exact where eager prefill plans ~20 MiB); TRT-LLM forced off likewise
+    "b300_issue17": ("b300", "installed", [
+        Case("b300_fp8kv_bf16q", kv_cache_dtype="fp8", disable_q_quant=True),
+        Case("b300_trtllm_off", trtllm=False, max_num_seqs=256),
+    ]),
 }
 
 
@@ -116,9 +140,11 @@ GROUPS: dict[str, tuple[str, bool, list[Case]]] = {
 LINES = {
     "0.23.0": ["l40s", "h200", "b200_trtllm", "b200_no_trtllm"],
     "0.32.0": ["h200", "b200_no_trtllm_1024"],
-    "0.33.0": ["l40s", "b200_no_trtllm_1024"],
+    "0.33.0": ["l40s", "b200_no_trtllm_1024", "h100_issue17", "b300_issue17"],
 }
 
+# generated case name -> the published model its shape comes from
+SOURCES: dict[str, str] = {}
 # case name -> its group's GPU key
 GROUP_GPU = {c.name: g for g, cs in ((v[0], v[2]) for v in GROUPS.values()) for c in cs}
 
@@ -219,11 +245,16 @@ def make_vllm_config(case: Case):
     cache = CacheConfig(block_size=16, **cc_kw)
     sched = SchedulerConfig(max_num_seqs=case.max_num_seqs, max_num_batched_tokens=case.max_num_batched_tokens,
                             max_model_len=case.max_model_len, is_encoder_decoder=False)
-    comp_kw = dict(cudagraph_mode="FULL_AND_PIECEWISE")
+    comp_kw = dict(cudagraph_mode="FULL_AND_PIECEWISE" if case.cudagraphs else "NONE")
     if case.capture:
         comp_kw["max_cudagraph_capture_size"] = case.capture
     kw = dict(model_config=mc, parallel_config=pc, cache_config=cache, scheduler_config=sched,
               device_config=DeviceConfig(device="cpu"), compilation_config=CompilationConfig(**comp_kw))
+    if case.disable_q_quant or case.trtllm is not None:
+        from vllm.config import AttentionConfig
+
+        kw["attention_config"] = AttentionConfig(disable_flashinfer_q_quantization=case.disable_q_quant,
+                                                 use_trtllm_attention=case.trtllm)
     if case.draft:
         from vllm.config import SpeculativeConfig
 
@@ -380,7 +411,9 @@ def prediction(builder, module) -> dict:
         out["need_bytes"] = req.float_bytes
         out["notes"] = list(req.notes)
         out["scenarios"] = [{"name": s.name, "batch": s.batch, "q_len": s.q_len, "planner": s.planner,
-                             "float_bytes": s.float_bytes, "int_bytes": s.int_bytes} for s in req.scenarios]
+                             "float_bytes": s.float_bytes, "int_bytes": s.int_bytes,
+                             "witness": [list(g) for g in getattr(s, "witness", ()) or ()]}
+                            for s in req.scenarios]
         out["dominant"] = ({"name": req.dominant.name, "batch": req.dominant.batch, "q_len": req.dominant.q_len}
                            if req.dominant else None)
     except Exception as exc:  # reported to the test, which fails on it
@@ -453,6 +486,15 @@ def eager_batches(case: Case, preds: list[dict]) -> list[tuple[str, list[int], l
         for s in pred.get("scenarios", []):
             if s["name"] in ("eager_decode", "eager_prefill") and (s["name"], s["batch"], s["q_len"]) not in shapes:
                 shapes.append((s["name"], s["batch"], s["q_len"]))
+    # the guard's own witness batches (inputs only: the bytes they need come from the real planner)
+    for pred in preds:
+        page = int((pred.get("layout") or {}).get("page_size") or 16) if isinstance(pred.get("layout"), dict) else 16
+        for s in pred.get("scenarios", []):
+            w = s.get("witness") or []
+            if s["name"] in ("eager_decode", "eager_prefill") and w:
+                qlens = [int(q) for q, _p, c in w for _ in range(int(c))]
+                seqs = [min(mml, int(p) * page) for q, p, c in w for _ in range(int(c))]
+                out.append((f"witness_{s['name']}:{len(qlens)}x{qlens[0]}", qlens, seqs))
     for name, n, q in shapes:
         n, q = int(n), int(q)
         n = max(1, min(n, mns, mbt // max(q, 1)))
@@ -473,9 +515,73 @@ def eager_batches(case: Case, preds: list[dict]) -> list[tuple[str, list[int], l
         for n in sorted({1, 16, 64, 142, min(mns, mbt // q)}):
             if n * q <= mbt and n <= mns:
                 out.append((f"verify_long_kv:{n}x{q}", [q] * n, [mml] * n))
-    out.append((f"prefill_full:{mbt}", [mbt], [mbt]))
+    out.append((f"prefill_full:{min(mbt, mml)}", [min(mbt, mml)], [min(mbt, mml)]))
     out.append(("mixed", [1] * 64 + [mbt - 64], [mml] * 64 + [mbt - 64]))
-    return out
+    # only what vLLM's scheduler can send: at most max seqs requests and max batched tokens,
+    # no request longer than max_model_len
+    return [(lab, q, k) for lab, q, k in out
+            if len(q) <= mns and sum(q) <= mbt and max(k) <= mml and min(k) >= 1 and all(a <= b for a, b in zip(q, k))]
+
+
+def _random_batch(rng, case: Case):
+    """One eager batch vLLM's scheduler could send: up to max seqs requests, at most max
+    batched tokens of new queries, KV lengths up to max_model_len (decodes of one token,
+    speculative verifies of 1 + draft, prefill chunks)."""
+    mns, mbt, mml = case.max_num_seqs, case.max_num_batched_tokens, case.max_model_len
+    n = max(1, min(mns, mbt, int(rng.choice([1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024])
+                             * rng.uniform(0.5, 1.5))))
+    kinds = [1] if not case.draft else [1, 1 + case.draft]
+    q = rng.choice(kinds + [rng.randint(2, 64), rng.randint(65, max(65, mbt // n))])
+    q = max(1, min(q, mbt // n))
+    kv_hi = rng.choice([128, 1024, 4096, mml])
+    seqs = [max(q, min(mml, int(rng.uniform(q, max(q, kv_hi))))) for _ in range(n)]
+    return [q] * n, seqs
+
+
+def _mutate(rng, case: Case, qlens, seqs):
+    n, q = len(qlens), qlens[0]
+    mns, mbt, mml = case.max_num_seqs, case.max_num_batched_tokens, case.max_model_len
+    n2 = max(1, min(mns, mbt // max(q, 1), int(n * rng.choice([0.5, 0.8, 1.25, 2]) + rng.choice([-1, 0, 1]))))
+    q2 = max(1, min(mbt // n2, int(q * rng.choice([0.5, 1, 1, 2])) + rng.choice([-1, 0, 1])))
+    base = seqs[0] if seqs else q2
+    kv = max(q2, min(mml, int(base * rng.choice([0.5, 0.9, 1, 1.1, 2])) + rng.choice([-128, 0, 128])))
+    return [q2] * n2, [kv] * n2
+
+
+def search_eager(case: Case, builders, rec, out) -> dict:
+    """An independent search for the largest eager plan: random batches, then greedy
+    mutation of the best one, each run through the real builders and FlashInfer's real
+    planner; the objective is the planner's own float bytes (nothing from guard_core)."""
+    import random
+
+    rng = random.Random(case.seed * 7919 + 17)
+    best = (-1, None)
+    tried = 0
+
+    def score(qlens, seqs, label):
+        n0 = len(rec.calls)
+        for bi, b in enumerate(builders):
+            rec.tag = f"eager:search:{label}:b{bi}"
+            b.build(common_prefix_len=0, common_attn_metadata=common_metadata(qlens, seqs, b.page_size,
+                                                                             case.max_model_len))
+        return max((c.get("float_bytes") or 0 for c in rec.calls[n0:]), default=0)
+
+    budget = int(case.search)
+    for i in range(budget):
+        if best[1] is None or i < budget // 2:
+            qlens, seqs = _random_batch(rng, case)
+        else:
+            qlens, seqs = _mutate(rng, case, *best[1])
+        try:
+            f = score(qlens, seqs, f"{len(qlens)}x{qlens[0]}:kv{max(seqs)}")
+        except RuntimeError as exc:
+            out["crash"] = {"phase": f"eager search {len(qlens)}x{qlens[0]}", "error": str(exc)}
+            break
+        tried += 1
+        if f > best[0]:
+            best = (f, (qlens, seqs))
+    return {"batches": tried, "best_float_bytes": best[0],
+            "best": None if best[1] is None else {"n": len(best[1][0]), "q": best[1][0][0], "kv": max(best[1][1])}}
 
 
 def run_case(case: Case, rec, module, args) -> dict:
@@ -528,6 +634,8 @@ def run_case(case: Case, rec, module, args) -> dict:
                 except RuntimeError as exc:
                     out["crash"] = {"phase": f"eager {label}", "error": str(exc)}
                     break
+        if case.search and out["crash"] is None:
+            out["search"] = search_eager(case, builders, rec, out)
         out["eager"] = eager
         bufs = []
         for b in builders:
@@ -543,6 +651,7 @@ def run_case(case: Case, rec, module, args) -> dict:
                                              "padded_batch_size", "cta_tile_q", "ok", "error")}
                     for c in calls]
     out["seconds"] = round(time.time() - t0, 1)
+    out["detect_gpu_calls"] = int(getattr(rec, "detect_gpu_calls", 0))
     return out
 
 
@@ -563,21 +672,30 @@ def _understate() -> None:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("group", choices=sorted(GROUPS))
+    p.add_argument("group", choices=sorted(GROUPS) + ["gen"])
     p.add_argument("--cases", default="")
+    p.add_argument("--seed", type=int, default=0, help="gen: the seed of the generated deployments")
+    p.add_argument("--n", type=int, default=3, help="gen: how many deployments")
+    p.add_argument("--gpu", default="h200", help="gen: the GPU (a key of GPUS)")
+    p.add_argument("--no-cubins", action="store_true", help="gen: TRT-LLM cubins not installed")
     p.add_argument("--understate", action="store_true",
                    help="fault injection: the core's need under-stated by its largest allocation (safety net test)")
     p.add_argument("--phases", default="baseline,guard",
                    help="baseline: vLLM alone; guard: after vllm.plugins.load_general_plugins()")
     args = p.parse_args(argv)
-    gpu_key, cubins, cases = GROUPS[args.group]
-    if args.cases:
-        wanted = set(args.cases.split(","))
-        cases = [c for c in cases if c.name in wanted]
+    if args.group == "gen":  # generated deployments (tests/differential)
+        gpu_key, cubins, cases = args.gpu, not args.no_cubins, None
+    else:
+        gpu_key, cubins, cases = GROUPS[args.group]
     phases = [x for x in args.phases.split(",") if x]
     name, sms, cc = GPUS[gpu_key]
     if not cubins:
         hide_cubins()
+    elif cubins == "installed":
+        # flashinfer-cubin installed: vLLM's own switch for it (envs.VLLM_HAS_FLASHINFER_CUBIN, read by
+        # has_flashinfer_cubin), so supports_trtllm_attention does not need the network; on SM90 and
+        # SM12x vLLM >= 0.32 then decodes with XQA (vllm/utils/flashinfer.py 0.33.0:675-697)
+        os.environ["VLLM_HAS_FLASHINFER_CUBIN"] = "1"
     configure_vllm_logging()
     from tests.realcalls import standin
 
@@ -586,6 +704,21 @@ def main(argv=None) -> None:
     import vllm.plugins
     import vllm.v1.attention.backends.flashinfer as module
 
+    if cases is None:
+        from tests.differential.space import vllm_cases
+
+        sizes = tuple(module.FlashInferBackend.get_supported_head_sizes())
+        drawn = vllm_cases(args.seed, args.n, gpu_key, head_sizes=sizes, trtllm_gpu=cc[0] == 10)
+        cases = []
+        for d in drawn:
+            source = d.pop("source")
+            c = Case(**d)
+            cases.append(c)
+            GROUP_GPU[c.name] = gpu_key
+            SOURCES[c.name] = source
+    if args.cases:
+        wanted = set(args.cases.split(","))
+        cases = [c for c in cases if c.name in wanted]
     cpu_kernels(module)
     cpu_only_impl_buffers()  # vLLM 0.33's FlashInferImpl: TRT-LLM counter buffer on "cuda" -> CPU
     if hasattr(module, "get_device_sm_count"):  # ... and the SM count: this scenario's GPU (the stand-in)
@@ -616,6 +749,8 @@ def main(argv=None) -> None:
                 res = {"case": case.name, "setup_error": f"{type(exc).__name__}: {exc}"}
             res.update(meta)
             res.update(meta_phase)
+            if case.name in SOURCES:
+                res["source"] = SOURCES[case.name]
             res["phase"] = phase
             result(**res)
 

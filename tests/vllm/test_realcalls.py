@@ -376,3 +376,28 @@ def test_realcalls_exact_allocates_the_need():
 
 if not SEED_LINE:
     del test_realcalls_safety_net_recovers_from_an_understated_model, test_realcalls_exact_allocates_the_need
+
+
+@pytest.mark.parametrize("group,case", MATRIX, ids=[f"{c}" for _, c in MATRIX])
+def test_realcalls_both_directions(groups, group, case):
+    """Issue 17's comparison on every matrix case (tests/differential/compare.py): never below
+    the largest real plan, never more than 1 MiB above it (``exact``), no predicted planner
+    that never ran, no call on a planner the guard did not predict."""
+    sys.path.insert(0, str(REPO))
+    from tests.differential.compare import findings
+
+    r = groups.get(group).get("guard", case)
+    found = findings(r)
+    assert not found, f"{case}: " + "; ".join(f"{k}: {d}" for k, d in found)
+
+
+@pytest.mark.parametrize("group,case", MATRIX[:1], ids=[c for _, c in MATRIX[:1]])
+def test_realcalls_guard_reads_the_gpu_with_its_own_reader(groups, group, case):
+    """guard_core.gpus.detect_gpu runs as on a GPU machine (torch's device properties of the
+    scenario GPU), and the decision line names that GPU's SM count."""
+    run = groups.get(group)
+    r = run.get("guard", case)
+    assert r["detect_gpu_calls"] > 0
+    sms = r["gpu"][1]
+    assert any(f"{sms} SMs" in ln for ln in run.guard_lines()) or all(
+        p["decision"]["action"] == "ok" for p in r["prediction"]), run.guard_lines()

@@ -1,0 +1,1 @@
+"""Differential search: generated deployments through the frameworks' own code (see space.py, __main__.py)."""

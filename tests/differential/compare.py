@@ -1,0 +1,132 @@
+"""Compare the guard's prediction with the framework's real planning calls, in both directions.
+
+Input: one RESULT record of a real-calls scenario (tests/vllm/realcalls_scenarios.py or
+tests/sglang/realcalls_scenarios.py): the calls FlashInfer's real planner recorded (each
+with its wrapper, backend, float bytes, and the builder it came from) and the guard's
+prediction per builder (planners, need). The expected side is always the recorded calls.
+
+Findings, each one line:
+- ``overflow``: a plan() overflowed with the guard loaded;
+- ``under``: the guard's need is below the largest real plan (a crash in auto);
+- ``over``: the guard's need is more than 1 MiB above the largest real plan (what
+  ``exact`` would waste);
+- ``never-ran``: the guard predicted a planner for a phase that no call used;
+- ``mismatch``: a call used a planner the guard did not predict for its phase.
+"""
+
+from __future__ import annotations
+
+MIB = 1 << 20
+DECODE_WRAPPERS = ("BatchDecodeWithPagedKVCacheWrapper", "CUDAGraphBatchDecodeWithPagedKVCacheWrapper")
+NO_BUFFER = ("trtllm", "none")
+
+
+def _phase(call: dict) -> str:
+    return "decode" if call.get("wrapper") in DECODE_WRAPPERS else "prefill"
+
+
+def _builder_calls(result: dict, i: int, n: int) -> list[dict]:
+    calls = result.get("calls") or []
+    if n <= 1:
+        return calls
+    return [c for c in calls if (c.get("tag") or "").endswith(f":b{i}")]
+
+
+def findings(result: dict, *, slack: int = MIB) -> list[tuple[str, str]]:
+    """(kind, detail) for everything wrong in one case; empty when the guard is right."""
+    out: list[tuple[str, str]] = []
+    if result.get("setup_error"):
+        return [("setup", result["setup_error"])]
+    if result.get("crash"):
+        out.append(("overflow", f"{result['crash'].get('phase')}: {result['crash'].get('error', '')[:200]}"))
+    bad = [c for c in result.get("calls") or [] if c.get("ok") is False]
+    if bad and not result.get("crash"):
+        out.append(("overflow", f"{bad[0].get('tag')}: {(bad[0].get('error') or '')[:200]}"))
+    preds = result.get("prediction") or []
+    for i, pred in enumerate(preds):
+        if pred.get("error"):
+            out.append(("prediction", pred["error"]))
+            continue
+        calls = _builder_calls(result, i, len(preds))
+        real = max((int(c.get("float_bytes") or 0) for c in calls), default=0)
+        need = int(pred.get("need_bytes") or 0)
+        top = max(calls, key=lambda c: c.get("float_bytes") or 0, default=None)
+        where = f"{top.get('tag')} {top.get('wrapper')} {top.get('backend')}" if top else "no call"
+        if need < real:
+            out.append(("under", f"builder {i}: guard {need} B < real {real} B ({where})"))
+        elif need > real + slack:
+            out.append(("over", f"builder {i}: guard {need} B > real {real} B + 1 MiB ({where})"))
+        want = pred.get("planners") or {}
+        used = {"prefill": set(), "decode": set()}
+        for c in calls:
+            used[_phase(c)].add(c.get("backend"))
+        for phase in ("prefill", "decode"):
+            p = want.get(phase)
+            extra = used[phase] - {p}
+            if extra:
+                out.append(("mismatch", f"builder {i}: {phase} planned {sorted(extra)} where the guard said {p}"))
+            if p not in NO_BUFFER and p not in used[phase]:
+                out.append(("never-ran", f"builder {i}: guard predicted {phase} {p}; no {phase} call used it "
+                                          f"(used: {sorted(used[phase]) or 'none'})"))
+    return out
+
+
+def largest_real(result: dict) -> int:
+    return max((int(c.get("float_bytes") or 0) for c in result.get("calls") or []), default=0)
+
+
+def guard_need(result: dict) -> int:
+    return max((int(p.get("need_bytes") or 0) for p in result.get("prediction") or []), default=0)
+
+
+def ratio(result: dict) -> float | None:
+    real = largest_real(result)
+    return guard_need(result) / real if real else None
+
+
+def _sglang_one(pred: dict | None, calls: list[dict], label: str, slack: int) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    if not calls:
+        return out
+    if pred is None or pred.get("float_bytes") is None:
+        return [("prediction", f"{label}: the guard did not size this backend")]
+    real = max(int(c.get("float_bytes") or 0) for c in calls)
+    need = int(pred["float_bytes"])
+    top = max(calls, key=lambda c: c.get("float_bytes") or 0)
+    where = f"{top.get('phase')} batch {top.get('batch_size')} {top.get('wrapper')} {top.get('backend')}"
+    if need < real:
+        out.append(("under", f"{label}: guard {need} B < real {real} B ({where})"))
+    elif need > real + slack:
+        out.append(("over", f"{label}: guard {need} B > real {real} B + 1 MiB ({where})"))
+    want = pred.get("planners") or {}
+    # SGLang's wrappers: the decode wrapper plans with the decode planner (FA2 through PrefillPlan
+    # for tensor-core decode, DecodePlan on CUDA cores); the paged prefill wrapper with the prefill
+    # planner; the ragged wrapper keeps FlashInfer's own choice (checked by size only)
+    used = {"prefill": set(), "decode": set()}
+    for c in calls:
+        if c.get("wrapper") == "BatchPrefillWithRaggedKVCacheWrapper":
+            continue
+        used[_phase(c)].add(c.get("planner") if _phase(c) == "decode" else c.get("backend"))
+    exp = {"decode": {"fa2": "prefill", "decode": "decode"}.get(want.get("decode"), want.get("decode")),
+           "prefill": want.get("prefill")}
+    for phase in ("prefill", "decode"):
+        extra = used[phase] - {exp[phase]}
+        if extra:
+            out.append(("mismatch", f"{label}: {phase} planned {sorted(extra)} where the guard said {want.get(phase)}"))
+    return out
+
+
+def sglang_findings(result: dict, *, slack: int = MIB) -> list[tuple[str, str]]:
+    """The same comparison for one SGLang real-calls record (tests/sglang/realcalls_scenarios.py):
+    the target backend, and the EAGLE draft backends where the record has them. A predicted
+    phase that never ran is not flagged here: SGLang's eager decode and prefill are both
+    replayed, and the target with speculative decoding captures verify graphs only."""
+    out: list[tuple[str, str]] = []
+    errs = list(result.get("errors") or []) + list((result.get("draft") or {}).get("errors") or [])
+    if errs:
+        out.append(("overflow", f"{errs[0].get('phase')} batch {errs[0].get('batch')}: {errs[0].get('error', '')[:200]}"))
+    out += _sglang_one(result.get("prediction"), result.get("calls") or [], "target", slack)
+    d = result.get("draft")
+    if d:
+        out += _sglang_one(d.get("prediction"), d.get("calls") or [], "draft", slack)
+    return out
