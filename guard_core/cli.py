@@ -106,6 +106,16 @@ def _version_of(name, example):
 
 _version = _version_of("--flashinfer", "0.6.12 or 0.7.2.post1")
 
+KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "nvfp4")
+
+
+def _kv_cache_dtype(text):
+    t = text.strip().lower() if isinstance(text, str) else ""
+    if t in KV_CACHE_DTYPES:
+        return t
+    raise argparse.ArgumentTypeError(f"--kv-cache-dtype must be one of {', '.join(KV_CACHE_DTYPES)}, "
+                                     f"got {_show(text)}")
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="flashinfer-guard", description="Size FlashInfer's workspace before it crashes a server.")
@@ -167,7 +177,14 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--page-size", type=_positive("--page-size"), default=None,
                     help="KV page size; default: the command's, else vLLM 16 / SGLang 1")
     pl.add_argument("--kv-dtype-bytes", type=_positive("--kv-dtype-bytes"), default=None,
-                    help="bytes per KV element; default: from the KV-cache dtype (2, or 1 for FP8)")
+                    help="bytes per KV element; default: from the KV-cache dtype (2, or 1 for FP8); 1 alone "
+                         "means an FP8 cache, as --kv-cache-dtype fp8")
+    pl.add_argument("--kv-cache-dtype", type=_kv_cache_dtype, default=None,
+                    help="KV-cache dtype as the server takes it (auto, fp8, fp8_e4m3, fp8_e5m2, bfloat16, nvfp4 ...); "
+                         "default: the command's, else auto (the model dtype)")
+    pl.add_argument("--model-reader", choices=("auto", "builtin", "server"), default="auto",
+                    help="who reads a config.json: the simulated server's own config code where it is installed "
+                         "here (auto, server), or the built-in reader; default auto")
     pl.add_argument("--decode-planner", choices=("fa2", "decode", "trtllm"), default=None,
                     help="force the decode planner; default: chosen from the GPU, dtypes and framework")
     pl.add_argument("--prefill-planner", choices=("fa2", "fa3", "none"), default=None,
@@ -178,7 +195,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="check against this buffer (bytes or 512MiB) instead of the server's default")
     pl.add_argument("--all", action="store_true", help="list every capture size, not only the largest")
     pl.add_argument("--json", action="store_true", help="machine-readable output, one entry per scenario")
-    sub.add_parser("doctor", help="inspect this environment: versions, entry points, what each guard would do")
+    dr = sub.add_parser("doctor", help="inspect this environment: versions, entry points, what each guard would do")
+    dr.add_argument("--model", default=None,
+                    help="also read this config.json (or directory): its attention groups by the built-in reader "
+                         "and by each installed server's own config code, and whether they agree")
+    dr.add_argument("--tp", type=_positive("--tp"), default=1, help="tensor parallel size for --model; default 1")
     pr = sub.add_parser("presets", help="list the embedded models")
     pr.add_argument("--json", action="store_true")
     return p
@@ -257,7 +278,39 @@ def print_plan(r: dict, show_all: bool, out=sys.stdout) -> None:
     print_report(r, show_all, out=out)
 
 
-def run_doctor(out=sys.stdout) -> int:
+def _doctor_model(path: str, tp: int, w) -> None:
+    """The model's attention groups as each reader here reads them."""
+    import importlib.util
+    import os
+
+    from .groups import GroupsError, read_with_server
+
+    cfg_path = os.path.join(path, "config.json") if os.path.isdir(path) else path
+    try:
+        facts = load_model(path)
+        mine = facts.model_groups().per_rank(tp)
+    except (ModelError, GroupsError) as exc:
+        w(f"model      {_show(path)}: {exc}\n")
+        return
+    key = sorted(g.key for g in mine)
+    w(f"model      {_show(cfg_path)} at tp {tp}, built-in reader: "
+      + "; ".join(f"{g.count} x {g.kind} {g.num_qo_heads}/{g.num_kv_heads}/{g.head_dim_qk}/{g.head_dim_vo}"
+                  for g in mine) + "\n")
+    for fw in ("vllm", "sglang"):
+        if importlib.util.find_spec(fw) is None:
+            continue
+        srv = read_with_server(fw, cfg_path, tp)
+        if not srv.get("ok"):
+            w(f"model      {srv['label']}: {srv.get('refusal')}\n")
+            continue
+        same = sorted(g.key for g in srv["groups"]) == key
+        w(f"model      {srv['label']}: "
+          + "; ".join(f"{g.count} x {g.kind} {g.num_qo_heads}/{g.num_kv_heads}/{g.head_dim_qk}/{g.head_dim_vo}"
+                      for g in srv["groups"])
+          + f" ({'agrees with' if same else 'DIFFERS from'} the built-in reader; plan uses the server's)\n")
+
+
+def run_doctor(out=sys.stdout, model: str | None = None, tp: int = 1) -> int:
     from importlib import metadata
     import os
     import site
@@ -313,6 +366,8 @@ def run_doctor(out=sys.stdout) -> int:
           "; run `flashinfer-guard plan --model ...` for a deployment\n")
     if not settings.enabled:
         w("FLASHINFER_GUARD=0: every guard is off in this environment\n")
+    if model:
+        _doctor_model(model, tp, w)
     return 0
 
 
@@ -449,7 +504,7 @@ def main(argv=None) -> int:
             else:
                 print_plan(result, args.all, out=out)
         elif args.cmd == "doctor":
-            code = run_doctor(out=out)
+            code = run_doctor(out=out, model=args.model, tp=args.tp)
         elif args.cmd == "presets":
             code = run_presets(args.json, out=out)
     except UsageError as exc:
