@@ -1,0 +1,94 @@
+"""Dump the installed server's launch-command parser as data for the built-in reader.
+
+Run with a framework environment's python (it imports vLLM or SGLang):
+
+    ~/.cache/flashinfer-guard/envs/vllm-0.33.0/bin/python ci/dump_server_options.py vllm
+    ~/.cache/flashinfer-guard/envs/sglang-0.5.23/bin/python ci/dump_server_options.py sglang
+
+It writes guard_core/server_options/<framework>-<version>.json: every option of
+``vllm serve`` (vLLM's ServeSubcommand parser) or of ``python -m
+sglang.launch_server`` (``ServerArgs.add_cli_args``) with its option strings,
+destination, nargs and action kind, so that ``guard_core.launch`` can rebuild
+the same argparse parser (aliases, abbreviations, lists, flags) where the
+server is not installed. tests/vllm/test_launch_parser.py and
+tests/sglang/test_launch_parser.py check that the committed file equals what the
+installed parser says.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from importlib import metadata
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(os.path.dirname(HERE), "guard_core", "server_options")
+
+
+def _kind(action) -> str:
+    name = type(action).__name__
+    if isinstance(action, argparse._StoreTrueAction):
+        return "store_true"
+    if isinstance(action, argparse._StoreFalseAction):
+        return "store_false"
+    if isinstance(action, argparse._StoreConstAction):
+        return "store_const"
+    if isinstance(action, argparse._AppendAction):
+        return "append"
+    if isinstance(action, argparse._CountAction):
+        return "count"
+    if isinstance(action, argparse._HelpAction):
+        return "help"
+    if isinstance(action, argparse._VersionAction):
+        return "version"
+    if isinstance(action, argparse.BooleanOptionalAction) or "BooleanOptional" in name or "EnableDisable" in name:
+        return "boolean_optional"
+    if isinstance(action, argparse._StoreAction):
+        return "store"
+    # a custom action: a value unless it takes none
+    return "store" if action.nargs != 0 else "store_true"
+
+
+def table(parser) -> dict:
+    actions = []
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            continue
+        nargs = a.nargs
+        actions.append({"options": list(a.option_strings), "dest": a.dest, "nargs": nargs, "kind": _kind(a),
+                        "const": a.const if isinstance(a.const, (bool, int, str, type(None))) else None})
+    return {"allow_abbrev": parser.allow_abbrev, "prefix_chars": parser.prefix_chars, "actions": actions}
+
+
+def vllm_parser():
+    """The `vllm serve` subparser, built as guard_core.server_parsers builds it for `plan`."""
+    sys.path.insert(0, os.path.dirname(HERE))
+    from guard_core.server_parsers import _vllm_parser
+    return _vllm_parser()[1]
+
+
+def sglang_parser():
+    from sglang.srt.server_args import ServerArgs
+    p = argparse.ArgumentParser(prog="sglang serve")
+    ServerArgs.add_cli_args(p)
+    return p
+
+
+def main() -> int:
+    fw = sys.argv[1]
+    parser = vllm_parser() if fw == "vllm" else sglang_parser()
+    version = metadata.version(fw)
+    data = {"framework": fw, "version": version, **table(parser)}
+    os.makedirs(OUT, exist_ok=True)
+    path = os.path.join(OUT, f"{fw}-{version}.json")
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=0, sort_keys=True)
+        fh.write("\n")
+    print(path, len(data["actions"]), "actions")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
