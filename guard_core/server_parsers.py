@@ -43,24 +43,31 @@ def _raiser(message=None, *a, **k):
     raise _Refused(message if isinstance(message, str) else "exit")
 
 
-def _record(parser, seen: list) -> None:
-    """Wrap every action of ``parser`` so that it notes what it reads, then acts as before."""
+_SEEN: list = []  # what the current parse read; the wrapped actions append here
+
+
+def _record(parser) -> None:
+    """Wrap every action of ``parser`` once so that it notes what it reads (in ``_SEEN``), then
+    acts as before."""
     import argparse
 
+    if getattr(parser, "_flashinfer_guard_recording", False):
+        return
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             continue
         cls = type(action)
 
-        class Recording(cls):  # noqa: B023 (cls bound per class body)
+        class Recording(cls):
             def __call__(self, parser, namespace, values, option_string=None, _cls=cls):
-                seen.append((self.dest, option_string, values))
+                _SEEN.append((self.dest, option_string, values))
                 return _cls.__call__(self, parser, namespace, values, option_string)
 
         Recording.__name__ = cls.__name__
         action.__class__ = Recording
     parser.error = _raiser
     parser.exit = _raiser
+    parser._flashinfer_guard_recording = True
 
 
 _cache: dict = {}
@@ -90,6 +97,8 @@ def _vllm_parser():
 
 def _sglang_parser():
     import argparse
+    if "sglang" in _cache:
+        return _cache["sglang"]
     try:
         from sglang.srt.server_args import ServerArgs
         p = argparse.ArgumentParser(prog="sglang serve")
@@ -97,6 +106,7 @@ def _sglang_parser():
     except Exception as exc:
         raise ServerParserUnavailable(f"SGLang's parser could not be built ({type(exc).__name__}: "
                                       f"{str(exc)[:120]})") from None
+    _cache["sglang"] = p
     return p
 
 
@@ -121,16 +131,17 @@ def server_read(framework: str, form: str, tokens: list[str]) -> tuple[dict, lis
     for t in tokens:  # the parsers json.loads option values: bound the nesting first
         if t[:1] in "[{" or (t.startswith("-") and "{" in t):
             check_json_text("a JSON option", t.split("=", 1)[-1] if t.startswith("-") else t)
-    seen: list = []
+    del _SEEN[:]
+    seen = _SEEN
     sink = io.StringIO()
     with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
         if framework == "vllm":
             top, serve = _vllm_parser()
-            _record(serve, seen)
+            _record(serve)
             top.error = top.exit = _raiser
+            # `python -m vllm.entrypoints.openai.api_server` takes the same arguments (make_arg_parser)
+            # with the model as --model, which the serve parser moves to its positional model_tag
             argv = ["serve"] + list(tokens)
-            if not form.endswith("serve") and not any(t == "--model" or t.startswith("--model=") for t in tokens):
-                argv = ["serve"] + list(tokens)
             try:
                 ns = top.parse_args(argv)
             except _Refused as exc:
@@ -143,7 +154,7 @@ def server_read(framework: str, form: str, tokens: list[str]) -> tuple[dict, lis
                 raise LaunchError("a JSON option in the launch command is nested too deeply") from None
         else:
             p = _sglang_parser()
-            _record(p, seen)
+            _record(p)
             try:
                 argv = _sglang_merge_config(p, list(tokens))
                 ns = p.parse_args(argv)
@@ -153,6 +164,7 @@ def server_read(framework: str, form: str, tokens: list[str]) -> tuple[dict, lis
             except (ValueError, AssertionError, OSError) as exc:
                 raise LaunchError(f"{framework_label(framework)}'s own parser refuses the launch command: "
                                   f"{str(exc)[:300]}") from None
+    seen = list(seen)
     d = dict(vars(ns))
     d["_passed"] = {dest for dest, _o, _v in seen}
     actions = (serve if framework == "vllm" else p)._actions
