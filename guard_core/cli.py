@@ -278,8 +278,10 @@ def run_doctor(out=sys.stdout) -> int:
     w(f"host       {platform.machine()} / Python {platform.python_version()} / {platform.system()}\n")
     vers = {d: installed_version(d) for d in ("vllm", "sglang", "flashinfer-python", "torch")}
     for d, v in vers.items():
-        bad = "" if v is None or is_version(v) else " (not a PEP 440 version: read as unknown)"
-        w(f"{d:<18} {_one_line(v) if v else 'not installed'}{bad}\n")
+        if v is not None and not is_version(v):
+            w(f"{d:<18} {_show(v)} (not a PEP 440 version: read as unknown)\n")
+            continue
+        w(f"{d:<18} {v or 'not installed'}\n")
     vers = {d: (v if v is None or is_version(v) else None) for d, v in vers.items()}
     from .support import describe as describe_support
 
@@ -316,7 +318,7 @@ def run_doctor(out=sys.stdout) -> int:
     if settings.workspace == "off":
         w("workspace  off\n")
     elif fi is None and fi_raw is not None:
-        w(f"workspace  FlashInfer {_one_line(fi_raw)[:80]} is not a PEP 440 version: its sizing family is "
+        w(f"workspace  FlashInfer {_show(fi_raw)} is not a PEP 440 version: its sizing family is "
           "unknown here; run `flashinfer-guard plan --flashinfer X.Y.Z` with the release it was built from\n")
     elif fi is None:
         w("workspace  FlashInfer not installed: nothing to size\n")

@@ -685,6 +685,9 @@ def vllm_preprocess(args: list[str], serve: bool, table: dict) -> list[str]:
                 name = name[:-1]
                 value_str = json.dumps(value_str.split(","))
             key, *keys = name.split(".")
+            if len(keys) > MAX_JSON_DEPTH:
+                raise LaunchError(f"{key}.{keys[0]}... in the launch command: nested deeper than {MAX_JSON_DEPTH} "
+                                  "levels")
             check_json_text(name, value_str)
             try:
                 value = json.loads(value_str)

@@ -126,11 +126,13 @@ def server_read(framework: str, form: str, tokens: list[str]) -> tuple[dict, lis
     """(namespace dict, [(dest, option string, values), ...]) from the installed server's parser.
     Raises ``ServerParserUnavailable`` when it cannot be built, ``LaunchError`` when it refuses
     the command (as the server would)."""
-    from .launch import LaunchError, check_json_text, framework_label
+    from .launch import MAX_JSON_DEPTH, LaunchError, check_json_text, framework_label
 
-    for t in tokens:  # the parsers json.loads option values: bound the nesting first
+    for t in tokens:  # the parsers json.loads option values and nest dotted keys: bound the nesting first
         if t[:1] in "[{" or (t.startswith("-") and "{" in t):
             check_json_text("a JSON option", t.split("=", 1)[-1] if t.startswith("-") else t)
+        if t.startswith("-") and t.split("=", 1)[0].count(".") > MAX_JSON_DEPTH:
+            raise LaunchError(f"{t[:40]}... in the launch command: nested deeper than {MAX_JSON_DEPTH} levels")
     del _SEEN[:]
     seen = _SEEN
     sink = io.StringIO()
