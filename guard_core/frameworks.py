@@ -74,7 +74,8 @@ NATIVE_VAR = {"vllm": "VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE", "sglang": "SGLANG
 # The lines whose wheels the rules above were read from.
 VLLM_LINES = ("0.19.1", "0.23.0", "0.26.0", "0.29.0", "0.32.0", "0.33.0")
 SGLANG_LINES = ("0.5.5", "0.5.11", "0.5.15", "0.5.20", "0.5.22", "0.5.23")
-# What a bare ``plan`` simulates: the line of each framework's seed crash.
+# What ``plan`` simulates when the framework is not installed here (and no
+# --framework-version is given): the line of each framework's seed crash.
 DEFAULT_LINE = {"vllm": "0.19.1", "sglang": "0.5.5"}
 
 # The FlashInfer each line pins (Requires-Dist of the wheel; the in-between
