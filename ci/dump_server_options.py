@@ -5,7 +5,10 @@ Run with a framework environment's python (it imports vLLM or SGLang):
     ~/.cache/flashinfer-guard/envs/vllm-0.33.0/bin/python ci/dump_server_options.py vllm
     ~/.cache/flashinfer-guard/envs/sglang-0.5.23/bin/python ci/dump_server_options.py sglang
 
-It writes guard_core/server_options/<framework>-<version>.json: every option of
+    PYTHONPATH=/tmp/sglang-0.5.5-unzipped .../envs/sglang-0.5.23/bin/python ci/dump_server_options.py sglang 0.5.5
+
+(the second form reads an uninstalled pure-Python release's own source). It writes
+guard_core/server_options/<framework>-<version>.json: every option of
 ``vllm serve`` (vLLM's ServeSubcommand parser) or of ``python -m
 sglang.launch_server`` (``ServerArgs.add_cli_args``) with its option strings,
 destination, nargs and action kind, so that ``guard_core.launch`` can rebuild
@@ -81,6 +84,13 @@ def main() -> int:
     parser = vllm_parser() if fw == "vllm" else sglang_parser()
     version = metadata.version(fw)
     data = {"framework": fw, "version": version, **table(parser)}
+    if len(sys.argv) > 2:
+        # the package's own source imported first on PYTHONPATH from an unpacked wheel of another
+        # release (pure-Python SGLang wheels: `pip download sglang==0.5.5 --no-deps`, unzip), where
+        # that release's environment is not installed: name the release read
+        data["version"] = version = sys.argv[2]
+        data["read_from"] = (f"{fw} {version}'s own source imported with the python of "
+                             f"{os.path.basename(sys.prefix)} (the {version} environment not installed)")
     os.makedirs(OUT, exist_ok=True)
     path = os.path.join(OUT, f"{fw}-{version}.json")
     with open(path, "w", encoding="utf-8") as fh:

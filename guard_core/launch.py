@@ -821,6 +821,13 @@ HARMLESS_SGLANG = {
     "enable_request_time_stats_logging", "crash_dump_folder", "tokenizer_worker_num", "json_model_override_args",
 }
 HARMLESS = {"vllm": HARMLESS_VLLM, "sglang": HARMLESS_SGLANG}
+# environment variables of the command that do not change the workspace (device choice, downloads,
+# communication, threads); any other (VLLM_BATCH_INVARIANT, SGLANG_*, ...) is "not read"
+HARMLESS_ENV = {"CUDA_VISIBLE_DEVICES", "HF_TOKEN", "HF_HOME", "HF_HUB_OFFLINE", "HF_HUB_ENABLE_HF_TRANSFER",
+                "HUGGING_FACE_HUB_TOKEN", "PYTHONPATH", "PYTHONUNBUFFERED", "PATH", "HOME", "TOKENIZERS_PARALLELISM",
+                "VLLM_LOGGING_LEVEL", "VLLM_CONFIGURE_LOGGING", "VLLM_HOST_IP", "VLLM_PORT", "VLLM_API_KEY",
+                "VLLM_USE_MODELSCOPE", "VLLM_CACHE_ROOT", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "SGLANG_LOG_LEVEL"}
+HARMLESS_ENV_PREFIXES = ("NCCL_", "HF_", "TRANSFORMERS_", "OMP_", "MKL_", "UCX_", "GLOO_", "TORCH_NCCL_", "NVIDIA_")
 # heads / head dim keys of a model override: they change the workspace, and the plan does not apply them
 _HEAD_KEYS = ("num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size", "num_heads", "kv_lora_rank",
               "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "layer_types", "sliding_window")
@@ -888,8 +895,10 @@ def resolve(framework: str, form: str, ns: dict, seen: list, env: dict, environ,
     ws, src = native_workspace(framework, env, environ)
     out.workspace_bytes, out.workspace_source = ws, src
     for k in sorted(env):
-        if k != NATIVE_VAR[framework]:
-            out.ignored.append(f"{k}=... (environment)")
+        if k == NATIVE_VAR[framework]:
+            continue
+        harmless = k in HARMLESS_ENV or k.startswith(HARMLESS_ENV_PREFIXES)
+        (out.ignored if harmless else out.not_read).append(f"{k}={env[k][:40]}")
     return out
 
 
@@ -995,8 +1004,11 @@ def _resolve_sglang(out: Launch, ns: dict) -> set:
 
     if has("model_path"):
         out.model = _str("--model-path", ns["model_path"])
-    for dest, name, opt in (("tp_size", "tp", "--tp-size"), ("dp_size", "dp", "--dp-size"),
-                            ("pp_size", "pp", "--pp-size"), ("ep_size", "ep", "--ep-size"),
+    # 0.5.5 stores --tp-size as tensor_parallel_size (ServerArgs.from_cli_args copies it to tp_size)
+    for dest, name, opt in (("tp_size", "tp", "--tp-size"), ("tensor_parallel_size", "tp", "--tp-size"),
+                            ("dp_size", "dp", "--dp-size"), ("data_parallel_size", "dp", "--dp-size"),
+                            ("pp_size", "pp", "--pp-size"), ("pipeline_parallel_size", "pp", "--pp-size"),
+                            ("ep_size", "ep", "--ep-size"), ("expert_parallel_size", "ep", "--ep-size"),
                             ("attn_dp_size", "attn_dp", "--attn-dp-size")):
         if has(dest):
             setattr(out, name, _int(opt, ns[dest], BOUNDS["parallel"]))

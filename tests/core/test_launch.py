@@ -27,7 +27,7 @@ def test_sglang_seed_command_with_env_prefix():
     l = parse_launch("CUDA_VISIBLE_DEVICES=7 python -m sglang.launch_server --model Qwen/Qwen3-VL-32B-Instruct-FP8 "
                      "--tp 1 --quantization fp8 --trust-remote-code".split())
     assert (l.framework, l.model, l.tp, l.quantization) == ("sglang", "Qwen/Qwen3-VL-32B-Instruct-FP8", 1, "fp8")
-    assert l.ignored == ["--trust-remote-code"] and any("CUDA_VISIBLE_DEVICES" in n for n in l.notes)
+    assert l.ignored == ["--trust-remote-code", "CUDA_VISIBLE_DEVICES=7"] and l.not_read == []
 
 
 def test_vllm_serve_positional_aliases_and_equals():

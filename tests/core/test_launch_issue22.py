@@ -192,3 +192,60 @@ def test_case12_exact_still_shrinks_on_every_checked_pair():
     for fw, lines in pins.items():
         for line, fi in lines.items():
             assert support.unchecked_reason(fw, line, fi) is None, (fw, line, fi)
+
+
+SGLANG_SEED_NEED = 405_270_528  # 386.5 MiB: the SGLang seed's need (README: Qwen3-VL-32B, 384 MiB buffer)
+
+
+def test_case3_sglang_dp_attention():
+    """Qwen3-235B-A22B on B200, --tp 8 --dp 8 --enable-dp-attention: before OK 149.2 MiB (attention TP 8);
+    after OVERFLOW 515.5 MiB: attention TP 8 / 8 = 1 (all 64 q / 4 kv heads) and the chunk / 8
+    (SGLang 0.5.5 ServerArgs._handle_data_parallelism; 0.5.23 --attn-dp-size, parallel_hook.py)."""
+    cmd = ["python", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3-235B-A22B", "--tp", "8", "--dp", "8",
+           "--enable-dp-attention"]
+    d = plan_json("--gpu", "b200", "--", *cmd)
+    assert (d["layout"]["num_qo_heads"], d["layout"]["num_kv_heads"]) == (64, 4)
+    assert d["limits"]["max_batched_tokens"] == 16384 // 8 and d["verdict"] == "overflow"
+    d = plan_json("--gpu", "b200", "--framework-version", "0.5.23", "--", "python", "-m", "sglang.launch_server",
+                  "--model-path", "Qwen/Qwen3-235B-A22B", "--tp", "8", "--attn-dp-size", "8")
+    assert (d["layout"]["num_qo_heads"], d["limits"]["max_batched_tokens"]) == (64, 16384 // 8)
+    with pytest.raises(LaunchError, match="divide"):
+        read("python -m sglang.launch_server --model-path m --tp 4 --dp 8 --enable-dp-attention")
+
+
+def test_case7_yaml_config_sglang(tmp_path):
+    """The SGLang seed from a YAML config: before, the default model (OK 265 MiB); after OVERFLOW 386.5 MiB."""
+    cfg = tmp_path / "sglang.yaml"
+    cfg.write_text("model-path: Qwen/Qwen3-VL-32B-Instruct-FP8\ntp-size: 1\ncuda-graph-max-bs: 512\n")
+    l = read(f"python -m sglang.launch_server --config {cfg}")
+    assert (l.model, l.tp, l.max_capture) == ("Qwen/Qwen3-VL-32B-Instruct-FP8", 1, 512)
+    d = plan_json("--gpu", "h200", "--", "python", "-m", "sglang.launch_server", "--config", str(cfg))
+    assert d["verdict"] == "overflow" and d["need"]["float_bytes"] == SGLANG_SEED_NEED
+
+
+def test_case9_sglang_spellings_per_line():
+    """0.5.23 reads --cuda-graph-max-bs-decode / --cuda-graph-bs-decode and refuses the old
+    --cuda-graph-max-bs as ambiguous (its own parser does); 0.5.5 reads the old one."""
+    l = read("python -m sglang.launch_server --model m --cuda-graph-max-bs-decode 64 --cuda-graph-bs-decode 1 2 4",
+             line="0.5.23")
+    assert (l.max_capture, l.capture_sizes) == (64, (1, 2, 4))
+    with pytest.raises(LaunchError, match="ambiguous option: --cuda-graph-max-bs"):
+        read("python -m sglang.launch_server --model m --cuda-graph-max-bs 64", line="0.5.23")
+    assert read("python -m sglang.launch_server --model m --cuda-graph-max-bs 64", line="0.5.5").max_capture == 64
+    l = read('python -m sglang.launch_server --model m --json-model-override-args {"num_attention_heads":8}')
+    assert l.not_read and "num_attention_heads" in " ".join(l.notes)
+    l = read("docker run --gpus all --ipc=host lmsysorg/sglang:latest python3 -m sglang.launch_server "
+             "--model-path m --tp 2")
+    assert (l.framework, l.model, l.tp) == ("sglang", "m", 2)
+
+
+def test_case4_sglang_native_variable_and_its_architecture_list():
+    """SGLANG_FLASHINFER_WORKSPACE_SIZE is the buffer, except for the architectures SGLang sets to
+    512 MiB itself over it (layers/attention/flashinfer_backend.py, 0.5.5-0.5.23)."""
+    d = plan_json("--gpu", "b200", "--", "SGLANG_FLASHINFER_WORKSPACE_SIZE=600000000", "python", "-m",
+                  "sglang.launch_server", "--model-path", "Qwen/Qwen3-235B-A22B", "--tp", "8", "--dp", "8",
+                  "--enable-dp-attention")
+    assert d["workspace_bytes"] == 600000000 and d["verdict"] == "ok"
+    d = plan_json("--gpu", "b200", "--", "SGLANG_FLASHINFER_WORKSPACE_SIZE=600000000", "python", "-m",
+                  "sglang.launch_server", "--model-path", "Qwen/Qwen3-32B")
+    assert d["workspace_bytes"] == 512 << 20 and "overridden by SGLang" in d["server_default_source"]
