@@ -981,15 +981,17 @@ def _resolve_vllm(out: Launch, ns: dict) -> set:
     if m is not None:
         out.max_capture = _int("--max-cudagraph-capture-size", m, BOUNDS["max_capture"])
     mode = cc.get("cudagraph_mode")
-    if mode is not None:  # null: vLLM's default mode, CUDA graphs on
+    if mode is not None:  # null: vLLM's default mode (CUDA graphs unless -O0)
         name = getattr(mode, "name", mode)
         if (isinstance(name, str) and name.strip().upper() == "NONE") or (type(name) is int and name == 0):
             out.eager = True
-    if has("optimization_level"):
+    elif has("optimization_level"):
         lvl = ns["optimization_level"]
         lvl = getattr(lvl, "value", lvl)
         if str(lvl).strip() in ("0", "O0"):
-            out.eager = True  # OptimizationLevel.O0: no compilation, no CUDA graphs (vllm/config/vllm.py)
+            # OPTIMIZATION_LEVEL_00 sets cudagraph_mode NONE where the user set no mode
+            # (vllm/config/vllm.py, 0.19.1-0.33)
+            out.eager = True
     return read
 
 

@@ -102,6 +102,9 @@ def test_case6_null_cudagraph_mode_is_vllms_default():
     """before: eager, OK 72.8 MiB; after: CUDA graphs, OVERFLOW 513.5 MiB on the seed."""
     assert not read('vllm serve m -cc {"cudagraph_mode":null}').eager
     assert read('vllm serve m -cc {"cudagraph_mode":"NONE"}').eager
+    # -O0's defaults (OPTIMIZATION_LEVEL_00: cudagraph_mode NONE) apply only where the user set no mode
+    # (VllmConfig._apply_optimization_level_defaults, vllm/config/vllm.py)
+    assert read("vllm serve m -O0").eager and not read("vllm serve m -O0 -cc.cudagraph_mode FULL").eager
     d = plan_json("--gpu", "b300", "--", "vllm", "serve", *SEED.split(), "-cc", '{"cudagraph_mode": null}')
     assert d["verdict"] == "overflow" and d["need"]["float_bytes"] == SEED_NEED
 
