@@ -55,13 +55,24 @@ def _kind(action) -> str:
 
 
 def table(parser) -> dict:
+    # every string the parser matches (and abbreviates) for an action: its option_strings plus the
+    # hidden ones it registers, e.g. vLLM 0.33's EnableDisableAction keeps --no-enable-x out of
+    # option_strings (vllm/utils/argparse_utils.py _register_action)
+    registered: dict = {}
+    for s, act in parser._option_string_actions.items():
+        registered.setdefault(id(act), []).append(s)
     actions = []
     for a in parser._actions:
         if isinstance(a, argparse._SubParsersAction):
             continue
         nargs = a.nargs
-        actions.append({"options": list(a.option_strings), "dest": a.dest, "nargs": nargs, "kind": _kind(a),
-                        "const": a.const if isinstance(a.const, (bool, int, str, type(None))) else None})
+        options = list(a.option_strings) + sorted(o for o in registered.get(id(a), []) if o not in a.option_strings)
+        entry = {"options": options, "dest": a.dest, "nargs": nargs, "kind": _kind(a),
+                 "const": a.const if isinstance(a.const, (bool, int, str, type(None))) else None}
+        if entry["kind"] == "boolean_optional":
+            neg = getattr(a, "negative_option_strings", None)
+            entry["negative"] = sorted(neg) if neg else sorted(o for o in options if o.startswith("--no-"))
+        actions.append(entry)
     return {"allow_abbrev": parser.allow_abbrev, "prefix_chars": parser.prefix_chars, "actions": actions}
 
 

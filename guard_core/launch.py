@@ -544,13 +544,17 @@ def _recording(cls, seen: list):
 class _Flag(argparse.Action):
     """store_true / store_false / store_const / --x / --no-x from the table."""
 
-    def __init__(self, option_strings, dest, kind="store_true", const=None, **kw):
+    def __init__(self, option_strings, dest, kind="store_true", const=None, negative=None, **kw):
         self.kind = kind
+        self.negative = set(negative) if negative is not None else None
         super().__init__(option_strings, dest, nargs=0, const=const, **kw)
 
     def __call__(self, parser, namespace, values, option_string=None):
         if self.kind == "boolean_optional":
-            v = not (option_string or "").startswith("--no-")
+            # the table names the negative spellings (vLLM 0.33: --disable-x and --no-enable-x)
+            neg = self.negative if self.negative is not None else {o for o in self.option_strings
+                                                                  if o.startswith("--no-")}
+            v = option_string not in neg
         elif self.kind == "store_false":
             v = False
         elif self.kind == "store_const":
@@ -577,7 +581,7 @@ def rebuilt_parser(table: dict, seen: list) -> argparse.ArgumentParser:
         if kind in ("store_true", "store_false", "store_const", "boolean_optional", "count"):
             p.add_argument(*opts, dest=a["dest"], action=_recording(_Flag, seen),
                            kind="store_true" if kind == "count" else kind, const=a.get("const"),
-                           default=argparse.SUPPRESS)
+                           negative=a.get("negative"), default=argparse.SUPPRESS)
         else:
             nargs = a["nargs"]
             action = argparse._AppendAction if kind == "append" else argparse._StoreAction

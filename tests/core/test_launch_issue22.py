@@ -131,7 +131,7 @@ def test_case9_spellings_vllm():
     l = read("vllm serve m --tensor_parallel_size 2 --max_num_seqs +64 --max-num-batched-tokens 16k")
     assert (l.tp, l.max_num_seqs, l.max_batched_tokens) == (2, 64, 16000)  # vLLM's human_readable_int: k = 1000
     assert read("vllm serve m --max-num-batched-tokens 16K").max_batched_tokens == 16384
-    assert (read("vllm serve m --tensor-parallel 4").tp, read("vllm serve m --max-num-s 32").max_num_seqs) == (4, 32)
+    assert (read("vllm serve m --tensor-parallel 4").tp, read("vllm serve m --max-num-se 32").max_num_seqs) == (4, 32)
     assert not read("vllm serve m -O 3").eager and read("vllm serve m -O0").eager
     for cmd in ("env CUDA_VISIBLE_DEVICES=0 vllm serve m -tp 2", "uv run --with vllm vllm serve m -tp 2",
                 "docker run --gpus all --rm -p 8000:8000 vllm/vllm-openai:latest --model m -tp 2",

@@ -110,7 +110,7 @@ def test_case8_model_positional_after_options():
 def test_case9_spellings():
     l = real("vllm serve m --tensor_parallel_size 2 --max_num_seqs +64 --max-num-batched-tokens 16k --max-model-len 32K")
     assert (l.tp, l.max_num_seqs, l.max_batched_tokens, l.max_model_len) == (2, 64, 16000, 32768)
-    l = real("vllm serve m --tensor-parallel 4 --max-num-s 32")  # unique prefixes (argparse abbreviations)
+    l = real("vllm serve m --tensor-parallel 4 --max-num-se 32")  # unique prefixes (argparse abbreviations)
     assert (l.tp, l.max_num_seqs) == (4, 32)
     l = real("vllm serve m -O 3")
     assert not l.eager and l.not_read == []
