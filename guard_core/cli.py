@@ -3,7 +3,8 @@
 ``plan`` answers "will this deployment crash, and what fixes it?" without a
 GPU. A bare ``flashinfer-guard plan`` runs the vLLM seed: Qwen3.5-397B-A17B on
 a B300, vLLM's 394 MiB default, tensor-core (FA2) decode, CUDA-graph batch 512,
-FlashInfer 0.7.0.
+FlashInfer 0.7.0 (where vLLM is installed, its installed line and FlashInfer
+are simulated instead; ``--framework-version`` picks another).
 """
 
 from __future__ import annotations

@@ -1079,12 +1079,6 @@ def _resolve_sglang(out: Launch, ns: dict) -> set:
 
 # ------------------------------------------------------------------ entry point
 
-def installed_line(framework: str) -> str | None:
-    from .versions import installed_version, is_version
-    v = installed_version(framework)
-    return v if v and is_version(v) else None
-
-
 def parse_launch(argv: list[str], *, line: str | None = None, environ=None, reader: str = "auto") -> Launch:
     """Read ``argv`` (the command after ``--``) for the server ``line`` (default: the installed
     line, else the checked table nearest the seed's line). ``reader``: ``auto`` (the server's own
@@ -1092,6 +1086,7 @@ def parse_launch(argv: list[str], *, line: str | None = None, environ=None, read
     framework, form, tokens, env = split_command(list(argv))
     if environ is None:
         environ = os.environ
+    from .frameworks import installed_line
     installed = installed_line(framework)
     target = line or installed
     use_server = reader == "server" or (reader == "auto" and installed is not None and target == installed)
