@@ -75,6 +75,7 @@ class Launch:
     page_size: int | None = None
     disable_graph_padding: bool = False
     dp_attention: bool = False
+    image_line: str | None = None  # the server version a `docker run` image tag names (vllm/vllm-openai:v0.19.1)
     attn_dp: int | None = None  # SGLang attention DP width (--enable-dp-attention: dp; 0.5.23 --attn-dp-size)
     workspace_bytes: int | None = None  # the native workspace variable in the command or the environment
     workspace_source: str | None = None
@@ -1087,8 +1088,9 @@ def parse_launch(argv: list[str], *, line: str | None = None, environ=None, read
     if environ is None:
         environ = os.environ
     from .frameworks import installed_line
+    image = image_line(framework, form)
     installed = installed_line(framework)
-    target = line or installed
+    target = line or image or installed
     use_server = reader == "server" or (reader == "auto" and installed is not None and target == installed)
     if use_server:
         from .server_parsers import ServerParserUnavailable, server_read
@@ -1102,6 +1104,7 @@ def parse_launch(argv: list[str], *, line: str | None = None, environ=None, read
         else:
             out = resolve(framework, form, ns, seen, env, environ,
                           f"{framework_label(framework)} {installed}'s own parser")
+            out.image_line = image
             return out
     else:
         fallback = ""
@@ -1112,7 +1115,25 @@ def parse_launch(argv: list[str], *, line: str | None = None, environ=None, read
                   f"{framework_label(framework)} {table['version']}'s options: built-in reader")
     if fallback:
         out.notes.append(f"{fallback}read with the built-in reader")
+    out.image_line = image
     return out
+
+
+_IMAGE_RE = re.compile(r"(?:docker|podman) run (\S+)")
+_TAG_RE = re.compile(r"v?(\d+\.\d+(?:\.\d+)?(?:\.post\d+)?)(?:$|[-_+])")
+
+
+def image_line(framework: str, form: str) -> str | None:
+    """The server version a `docker run` image of that server is tagged with (vllm/vllm-openai:v0.19.1,
+    lmsysorg/sglang:v0.5.5-cu126), else None (latest, nightly, a digest, another image)."""
+    m = _IMAGE_RE.search(form)
+    if not m:
+        return None
+    repo, _, tag = m.group(1).rstrip(":").partition("@")[0].rpartition(":")
+    if not repo or framework not in repo.rsplit("/", 1)[-1]:
+        return None
+    t = _TAG_RE.match(tag)
+    return t.group(1) if t else None
 
 
 def attention_backend_note(launch: Launch) -> str | None:

@@ -110,6 +110,11 @@ def build(a, resolve_gpu, environ=None) -> dict:
                                   environ=os.environ if environ is None else environ)
         except LaunchError as exc:
             raise PlanUsageError(str(exc)) from None
+    if launch and launch.image_line and not getattr(a, "framework_version", None):
+        # the image the command runs pins the server: simulate its line, not the one installed here
+        a.framework_version = launch.image_line
+        notes.append(f"simulating {framework_label(launch.framework)} {launch.image_line}: the image tag of the "
+                     "launch command")
     fw = a.framework or (launch.framework if launch else "vllm")
     if launch and a.framework and a.framework != launch.framework:
         raise PlanUsageError(f"--framework {a.framework} contradicts the launch command, which starts "

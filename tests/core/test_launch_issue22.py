@@ -252,3 +252,14 @@ def test_case4_sglang_native_variable_and_its_architecture_list():
     d = plan_json("--gpu", "b200", "--", "SGLANG_FLASHINFER_WORKSPACE_SIZE=600000000", "python", "-m",
                   "sglang.launch_server", "--model-path", "Qwen/Qwen3-32B")
     assert d["workspace_bytes"] == 512 << 20 and "overridden by SGLang" in d["server_default_source"]
+
+
+def test_case10_a_docker_image_tag_names_the_line():
+    """`docker run vllm/vllm-openai:v0.19.1 ...` starts vLLM 0.19.1 whatever is installed here."""
+    from guard_core.launch import image_line
+    assert image_line("vllm", "docker run vllm/vllm-openai:v0.19.1: vllm serve") == "0.19.1"
+    assert image_line("sglang", "docker run lmsysorg/sglang:v0.5.5-cu126: python -m sglang.launch_server") == "0.5.5"
+    assert image_line("vllm", "docker run vllm/vllm-openai:latest: vllm serve") is None
+    d = plan_json("--gpu", "b300", "--", "docker", "run", "--gpus", "all", "vllm/vllm-openai:v0.33.0", *SEED.split())
+    assert d["framework_version"] == "0.33.0" and d["flashinfer"] == "0.7.2.post1"  # ci/locks/vllm-0.33.0.txt pin
+    assert any("image tag" in n for n in d["notes"])
