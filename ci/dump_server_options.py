@@ -104,9 +104,10 @@ def main() -> int:
                              f"{os.path.basename(sys.prefix)} (the {version} environment not installed)")
     os.makedirs(OUT, exist_ok=True)
     path = os.path.join(OUT, f"{fw}-{version}.json")
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=0, sort_keys=True)
-        fh.write("\n")
+    with open(path, "w", encoding="utf-8") as fh:  # one action per line: reviewable diffs
+        head = {k: v for k, v in data.items() if k != "actions"}
+        fh.write(json.dumps(head, sort_keys=True)[:-1] + ', "actions": [\n')
+        fh.write(",\n".join(json.dumps(a, sort_keys=True) for a in data["actions"]) + "\n]}\n")
     print(path, len(data["actions"]), "actions")
     return 0
 
