@@ -3,7 +3,8 @@
 ``plan`` answers "will this deployment crash, and what fixes it?" without a
 GPU. A bare ``flashinfer-guard plan`` runs the vLLM seed: Qwen3.5-397B-A17B on
 a B300, vLLM's 394 MiB default, tensor-core (FA2) decode, CUDA-graph batch 512,
-FlashInfer 0.7.0.
+FlashInfer 0.7.0 (where vLLM is installed, its installed line and FlashInfer
+are simulated instead; ``--framework-version`` picks another).
 """
 
 from __future__ import annotations
@@ -153,7 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="server simulated; default: the command's, else vllm")
     pl.add_argument("--framework-version", default=None,
                     help="server line simulated (its defaults per GPU, its buffer, its FlashInfer pin); "
-                         "default: the seed's line, vLLM 0.19.1 / SGLang 0.5.5")
+                         "default: the line installed here (with its installed FlashInfer), else the seed's "
+                         "line, vLLM 0.19.1 / SGLang 0.5.5")
+    pl.add_argument("--launch-reader", choices=("auto", "server", "builtin"), default="auto",
+                    help="how the command after -- is read: the server's own argument parser (server), the "
+                         "built-in reader rebuilt from the line's option table (builtin); default auto: the "
+                         "server's own parser when the simulated line is the one installed here")
     pl.add_argument("--trtllm-attention", choices=("on", "off"), default=None,
                     help="vLLM on SM10x: whether FlashInfer's TRT-LLM attention cubins are usable (then decode "
                          "plans nothing in this buffer); default: unknown, the larger need is kept")
@@ -318,11 +324,19 @@ def run_doctor(out=sys.stdout, model: str | None = None, tp: int = 1) -> int:
     w = out.write
     settings = load_settings()
     fi = flashinfer_version()
+    fi_raw = fi
+    from .versions import is_version
+    if fi is not None and not is_version(fi):
+        fi = None  # named below; every check that needs a version reads it as unknown
     w(f"flashinfer-guard {__version__}\n")
     w(f"host       {platform.machine()} / Python {platform.python_version()} / {platform.system()}\n")
     vers = {d: installed_version(d) for d in ("vllm", "sglang", "flashinfer-python", "torch")}
     for d, v in vers.items():
+        if v is not None and not is_version(v):
+            w(f"{d:<18} {_show(v)} (not a PEP 440 version: read as unknown)\n")
+            continue
         w(f"{d:<18} {v or 'not installed'}\n")
+    vers = {d: (v if v is None or is_version(v) else None) for d, v in vers.items()}
     from .support import describe as describe_support
 
     for line in describe_support({"vllm": vers["vllm"], "sglang": vers["sglang"], "flashinfer": fi}):
@@ -357,6 +371,9 @@ def run_doctor(out=sys.stdout, model: str | None = None, tp: int = 1) -> int:
     w(f"moe guard  {'WOULD BLOCK' if moe.block else 'stands down'}: {moe.reason}\n")
     if settings.workspace == "off":
         w("workspace  off\n")
+    elif fi is None and fi_raw is not None:
+        w(f"workspace  FlashInfer {_show(fi_raw)} is not a PEP 440 version: its sizing family is "
+          "unknown here; run `flashinfer-guard plan --flashinfer X.Y.Z` with the release it was built from\n")
     elif fi is None:
         w("workspace  FlashInfer not installed: nothing to size\n")
     else:

@@ -114,9 +114,16 @@ def build(a, resolve_gpu, environ=None) -> dict:
     launch = None
     if getattr(a, "launch", None) is not None:
         try:
-            launch = parse_launch(a.launch)
+            launch = parse_launch(a.launch, line=getattr(a, "framework_version", None),
+                                  reader=getattr(a, "launch_reader", None) or "auto",
+                                  environ=os.environ if environ is None else environ)
         except LaunchError as exc:
             raise PlanUsageError(str(exc)) from None
+    if launch and launch.image_line and not getattr(a, "framework_version", None):
+        # the image the command runs pins the server: simulate its line, not the one installed here
+        a.framework_version = launch.image_line
+        notes.append(f"simulating {framework_label(launch.framework)} {launch.image_line}: the image tag of the "
+                     "launch command")
     fw = a.framework or (launch.framework if launch else "vllm")
     if launch and a.framework and a.framework != launch.framework:
         raise PlanUsageError(f"--framework {a.framework} contradicts the launch command, which starts "
@@ -163,7 +170,12 @@ def build(a, resolve_gpu, environ=None) -> dict:
     tokens = _pick(a.max_batched_tokens, L.max_batched_tokens if L else None,
                    "max batched tokens" if fw == "vllm" else "chunked prefill size", notes, "--max-batched-tokens")
     mlen = _pick(a.max_model_len, L.max_model_len if L else None, "max model len", notes, "--max-model-len")
-    k = _pick(a.draft_tokens, L.draft_tokens if L else None, "draft tokens", notes, "--draft-tokens")
+    cmd_k = L.draft_tokens if L else None
+    if L and L.draft_tokens_from_model and cmd_k is None:
+        cmd_k, how = _mtp_depth(name if not any(v is not None for v in raw) else None, environ)
+        notes.append(f"speculative method {L.speculative} without num_speculative_tokens: vLLM runs the draft "
+                     f"model's MTP depth (vllm/config/speculative.py n_predict): {cmd_k} ({how})")
+    k = _pick(a.draft_tokens, cmd_k, "draft tokens", notes, "--draft-tokens")
     sizes = _pick(a.capture_sizes, L.capture_sizes if L else None, "capture sizes", notes, "--capture-sizes")
     max_cap = _pick(a.max_capture_batch, L.max_capture if L else None, "capture ceiling", notes,
                     "--max-capture-batch")
@@ -178,6 +190,7 @@ def build(a, resolve_gpu, environ=None) -> dict:
         max_cap = None
     d = Deployment(framework=fw, line=a.framework_version, gpu_key=gpu_key, cc=gpu.cc, gpu_name=gpu.name,
                    tp=tp, pp=L.pp if L else None, dp=L.dp if L else None, dcp=dcp,
+                   attn_dp=L.attn_dp if L and fw == "sglang" else None,
                    expert_parallel=bool(L and (L.expert_parallel or (L.ep or 1) > 1)),
                    all2all_backend=L.all2all_backend if L else None, max_num_seqs=seqs, max_batched_tokens=tokens,
                    max_model_len=mlen, model_max_len=model_max_len, draft_tokens=k,
@@ -201,7 +214,8 @@ def build(a, resolve_gpu, environ=None) -> dict:
             "simulated": header, "flashinfer": fi, "flashinfer_source": defaults.values["flashinfer"].source,
             "flashinfer_family": fm.family(fi), "moe": moe, "defaults": defaults.as_dict(),
             "launch": launch.as_dict() if launch else None,
-            "ignored_options": list(launch.ignored) if launch else []}
+            "ignored_options": list(launch.ignored) if launch else [],
+            "not_read_options": list(launch.not_read) if launch else []}
     if facts.uses_mla:
         base.update(verdict="not_applicable",
                     reason="MLA model: FlashInfer's MLA planner uses its own buffer, not the one guarded here",
@@ -215,7 +229,7 @@ def build(a, resolve_gpu, environ=None) -> dict:
             notes.append(f"quantization {L.quantization}: weights only here; the KV cache is "
                          f"{kv_dtype if kv_dtype != 'auto' else 'the model dtype (auto) unless the checkpoint sets an FP8 KV cache'}")
         notes += L.notes
-    tp_v = defaults.get("tp") or 1
+    tp_v = defaults.get("attn_tp") or defaults.get("tp") or 1
     dcp_v = defaults.get("dcp") or 1
     mg = facts.model_groups()
     try:
@@ -324,6 +338,9 @@ def build(a, resolve_gpu, environ=None) -> dict:
                                q_heads=q, head_dim=dqk)
     server_src = workspace_source(fw, line, architecture=facts.architecture,
                                   max_num_batched_tokens=limits.max_num_batched_tokens, q_heads=q, head_dim=dqk)
+    if L and L.workspace_bytes and not a.workspace:
+        server, server_src = _native_buffer(fw, line, facts.architecture, L, server, server_src,
+                                            limits.max_num_batched_tokens, q, dqk)
     if a.workspace:
         from .settings import parse_size
         buffer = parse_size(a.workspace)
@@ -448,6 +465,50 @@ def _server_reading(a, fw: str, model_path, tp: int, environ=None):
     return read_with_server(fw, model_path, tp, environ=environ)
 
 
+def _native_buffer(fw, line, architecture, L, server, server_src, tokens, q, dqk):
+    """The buffer the server allocates with its own workspace variable set (issue #22)."""
+    from .frameworks import SGLANG_LARGE, sglang_default_workspace, vllm_per_phase_builder
+    user = L.workspace_bytes
+    if fw == "vllm":
+        if vllm_per_phase_builder(line):
+            # vLLM 0.26+: max(VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE, tokens x heads x dim x 16)
+            # (vllm/v1/attention/backends/flashinfer.py _get_workspace_buffer)
+            est = tokens * q * dqk * 16
+            if est > user:
+                return est, f"{L.workspace_source}, below vLLM's tokens x heads x dim x 16 = {est:,}, which wins"
+        return user, L.workspace_source
+    if sglang_default_workspace(line, architecture) == SGLANG_LARGE:
+        # SGLang sets the variable to 512 MiB for its fixed architecture list, over the user's value
+        # (layers/attention/flashinfer_backend.py: envs.SGLANG_FLASHINFER_WORKSPACE_SIZE.set(512 MiB))
+        return server, f"{server_src}; {L.workspace_source} is overridden by SGLang for {architecture}"
+    return user, L.workspace_source
+
+
+def _mtp_depth(name, environ) -> tuple[int, str]:
+    """The MTP depth of a model (num_nextn_predict_layers / mtp_num_hidden_layers), else 1."""
+    path = None
+    if name:
+        if os.path.isdir(name):
+            path = os.path.join(name, "config.json")
+        elif name.endswith(".json") and os.path.exists(name):
+            path = name
+        elif looks_like_model_id(name):
+            path, _ = find_config(name, environ=environ)
+    try:
+        if path and os.path.getsize(path) <= (4 << 20):
+            with open(path, encoding="utf-8") as fh:
+                cfg = json.load(fh)
+            for scope in (cfg.get("text_config"), cfg):
+                if isinstance(scope, dict):
+                    for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers", "n_predict"):
+                        v = scope.get(key)
+                        if type(v) is int and 0 < v <= 16:
+                            return v, f"{key} in {path}"
+    except (OSError, ValueError, AttributeError):
+        pass
+    return 1, "the model's config is not readable here; assumed 1, the depth of every published MTP checkpoint"
+
+
 def _moe(a, gpu_key, fi) -> dict:
     arch = getattr(a, "host_arch", None)
     if arch:
@@ -568,6 +629,9 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
     srv = r["server_default_bytes"]
     w(f"{r['framework']} allocates {srv:,} bytes ({_fmt(srv)}): {r['server_default_source']}"
       + (f"; checking against --workspace {r['workspace_bytes']:,}" if r["workspace_bytes"] != srv else "") + "\n")
+    if r.get("not_read_options"):
+        w(f"assumes    the server's default for {len(r['not_read_options'])} option(s) of the command not read "
+          "(listed under 'not read' below)\n")
     if r["verdict"] == "ok":
         w(f"verdict    OK: the need fits with {_fmt(r['workspace_bytes'] - n['float_bytes'])} to spare\n")
     else:
@@ -594,8 +658,12 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
               f"{_fmt(rem['flashinfer_0_7_1_need_bytes'])}\n")
     for note in r["notes"]:
         w(f"note       {note}\n")
+    if r.get("launch"):
+        w(f"read by    {r['launch']['reader']}\n")
     if r.get("ignored_options"):
-        w(f"ignored    (do not change the workspace): {' '.join(r['ignored_options'])}\n")
+        w(f"ignored    (does not change the workspace): {' '.join(r['ignored_options'])}\n")
+    if r.get("not_read_options"):
+        w(f"not read   (the server's default assumed for each): {' '.join(r['not_read_options'])}\n")
 
 
 def _moe_line(r, w):
