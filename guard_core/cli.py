@@ -3,7 +3,8 @@
 ``plan`` answers "will this deployment crash, and what fixes it?" without a
 GPU. A bare ``flashinfer-guard plan`` runs the vLLM seed: Qwen3.5-397B-A17B on
 a B300, vLLM's 394 MiB default, tensor-core (FA2) decode, CUDA-graph batch 512,
-FlashInfer 0.7.0.
+FlashInfer 0.7.0 (where vLLM is installed, its installed line and FlashInfer
+are simulated instead; ``--framework-version`` picks another).
 """
 
 from __future__ import annotations
@@ -106,6 +107,16 @@ def _version_of(name, example):
 
 _version = _version_of("--flashinfer", "0.6.12 or 0.7.2.post1")
 
+KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "nvfp4")
+
+
+def _kv_cache_dtype(text):
+    t = text.strip().lower() if isinstance(text, str) else ""
+    if t in KV_CACHE_DTYPES:
+        return t
+    raise argparse.ArgumentTypeError(f"--kv-cache-dtype must be one of {', '.join(KV_CACHE_DTYPES)}, "
+                                     f"got {_show(text)}")
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="flashinfer-guard", description="Size FlashInfer's workspace before it crashes a server.")
@@ -143,7 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="server simulated; default: the command's, else vllm")
     pl.add_argument("--framework-version", default=None,
                     help="server line simulated (its defaults per GPU, its buffer, its FlashInfer pin); "
-                         "default: the seed's line, vLLM 0.19.1 / SGLang 0.5.5")
+                         "default: the line installed here (with its installed FlashInfer), else the seed's "
+                         "line, vLLM 0.19.1 / SGLang 0.5.5")
+    pl.add_argument("--launch-reader", choices=("auto", "server", "builtin"), default="auto",
+                    help="how the command after -- is read: the server's own argument parser (server), the "
+                         "built-in reader rebuilt from the line's option table (builtin); default auto: the "
+                         "server's own parser when the simulated line is the one installed here")
     pl.add_argument("--trtllm-attention", choices=("on", "off"), default=None,
                     help="vLLM on SM10x: whether FlashInfer's TRT-LLM attention cubins are usable (then decode "
                          "plans nothing in this buffer); default: unknown, the larger need is kept")
@@ -167,7 +183,14 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--page-size", type=_positive("--page-size"), default=None,
                     help="KV page size; default: the command's, else vLLM 16 / SGLang 1")
     pl.add_argument("--kv-dtype-bytes", type=_positive("--kv-dtype-bytes"), default=None,
-                    help="bytes per KV element; default: from the KV-cache dtype (2, or 1 for FP8)")
+                    help="bytes per KV element; default: from the KV-cache dtype (2, or 1 for FP8); 1 alone "
+                         "means an FP8 cache, as --kv-cache-dtype fp8")
+    pl.add_argument("--kv-cache-dtype", type=_kv_cache_dtype, default=None,
+                    help="KV-cache dtype as the server takes it (auto, fp8, fp8_e4m3, fp8_e5m2, bfloat16, nvfp4 ...); "
+                         "default: the command's, else auto (the model dtype)")
+    pl.add_argument("--model-reader", choices=("auto", "builtin", "server"), default="auto",
+                    help="who reads a config.json: the simulated server's own config code where it is installed "
+                         "here (auto, server), or the built-in reader; default auto")
     pl.add_argument("--decode-planner", choices=("fa2", "decode", "trtllm"), default=None,
                     help="force the decode planner; default: chosen from the GPU, dtypes and framework")
     pl.add_argument("--prefill-planner", choices=("fa2", "fa3", "none"), default=None,
@@ -183,7 +206,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="check against this buffer (bytes or 512MiB) instead of the server's default")
     pl.add_argument("--all", action="store_true", help="list every capture size, not only the largest")
     pl.add_argument("--json", action="store_true", help="machine-readable output, one entry per scenario")
-    sub.add_parser("doctor", help="inspect this environment: versions, entry points, what each guard would do")
+    dr = sub.add_parser("doctor", help="inspect this environment: versions, entry points, what each guard would do")
+    dr.add_argument("--model", default=None,
+                    help="also read this config.json (or directory): its attention groups by the built-in reader "
+                         "and by each installed server's own config code, and whether they agree")
+    dr.add_argument("--tp", type=_positive("--tp"), default=1, help="tensor parallel size for --model; default 1")
     pr = sub.add_parser("presets", help="list the embedded models")
     pr.add_argument("--json", action="store_true")
     return p
@@ -262,7 +289,39 @@ def print_plan(r: dict, show_all: bool, out=sys.stdout) -> None:
     print_report(r, show_all, out=out)
 
 
-def run_doctor(out=sys.stdout) -> int:
+def _doctor_model(path: str, tp: int, w) -> None:
+    """The model's attention groups as each reader here reads them."""
+    import importlib.util
+    import os
+
+    from .groups import GroupsError, read_with_server
+
+    cfg_path = os.path.join(path, "config.json") if os.path.isdir(path) else path
+    try:
+        facts = load_model(path)
+        mine = facts.model_groups().per_rank(tp)
+    except (ModelError, GroupsError) as exc:
+        w(f"model      {_show(path)}: {exc}\n")
+        return
+    key = sorted(g.key for g in mine)
+    w(f"model      {_show(cfg_path)} at tp {tp}, built-in reader: "
+      + "; ".join(f"{g.count} x {g.kind} {g.num_qo_heads}/{g.num_kv_heads}/{g.head_dim_qk}/{g.head_dim_vo}"
+                  for g in mine) + "\n")
+    for fw in ("vllm", "sglang"):
+        if importlib.util.find_spec(fw) is None:
+            continue
+        srv = read_with_server(fw, cfg_path, tp)
+        if not srv.get("ok"):
+            w(f"model      {srv['label']}: {srv.get('refusal')}\n")
+            continue
+        same = sorted(g.key for g in srv["groups"]) == key
+        w(f"model      {srv['label']}: "
+          + "; ".join(f"{g.count} x {g.kind} {g.num_qo_heads}/{g.num_kv_heads}/{g.head_dim_qk}/{g.head_dim_vo}"
+                      for g in srv["groups"])
+          + f" ({'agrees with' if same else 'DIFFERS from'} the built-in reader; plan uses the server's)\n")
+
+
+def run_doctor(out=sys.stdout, model: str | None = None, tp: int = 1) -> int:
     from importlib import metadata
     import os
     import site
@@ -270,11 +329,19 @@ def run_doctor(out=sys.stdout) -> int:
     w = out.write
     settings = load_settings()
     fi = flashinfer_version()
+    fi_raw = fi
+    from .versions import is_version
+    if fi is not None and not is_version(fi):
+        fi = None  # named below; every check that needs a version reads it as unknown
     w(f"flashinfer-guard {__version__}\n")
     w(f"host       {platform.machine()} / Python {platform.python_version()} / {platform.system()}\n")
     vers = {d: installed_version(d) for d in ("vllm", "sglang", "flashinfer-python", "torch")}
     for d, v in vers.items():
+        if v is not None and not is_version(v):
+            w(f"{d:<18} {_show(v)} (not a PEP 440 version: read as unknown)\n")
+            continue
         w(f"{d:<18} {v or 'not installed'}\n")
+    vers = {d: (v if v is None or is_version(v) else None) for d, v in vers.items()}
     from .support import describe as describe_support
 
     for line in describe_support({"vllm": vers["vllm"], "sglang": vers["sglang"], "flashinfer": fi}):
@@ -309,6 +376,9 @@ def run_doctor(out=sys.stdout) -> int:
     w(f"moe guard  {'WOULD BLOCK' if moe.block else 'stands down'}: {moe.reason}\n")
     if settings.workspace == "off":
         w("workspace  off\n")
+    elif fi is None and fi_raw is not None:
+        w(f"workspace  FlashInfer {_show(fi_raw)} is not a PEP 440 version: its sizing family is "
+          "unknown here; run `flashinfer-guard plan --flashinfer X.Y.Z` with the release it was built from\n")
     elif fi is None:
         w("workspace  FlashInfer not installed: nothing to size\n")
     else:
@@ -318,6 +388,8 @@ def run_doctor(out=sys.stdout) -> int:
           "; run `flashinfer-guard plan --model ...` for a deployment\n")
     if not settings.enabled:
         w("FLASHINFER_GUARD=0: every guard is off in this environment\n")
+    if model:
+        _doctor_model(model, tp, w)
     return 0
 
 
@@ -454,7 +526,7 @@ def main(argv=None) -> int:
             else:
                 print_plan(result, args.all, out=out)
         elif args.cmd == "doctor":
-            code = run_doctor(out=out)
+            code = run_doctor(out=out, model=args.model, tp=args.tp)
         elif args.cmd == "presets":
             code = run_presets(args.json, out=out)
     except UsageError as exc:

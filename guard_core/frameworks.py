@@ -74,7 +74,8 @@ NATIVE_VAR = {"vllm": "VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE", "sglang": "SGLANG
 # The lines whose wheels the rules above were read from.
 VLLM_LINES = ("0.19.1", "0.23.0", "0.26.0", "0.29.0", "0.32.0", "0.33.0")
 SGLANG_LINES = ("0.5.5", "0.5.11", "0.5.15", "0.5.20", "0.5.22", "0.5.23")
-# What a bare ``plan`` simulates: the line of each framework's seed crash.
+# What ``plan`` simulates when the framework is not installed here (and no
+# --framework-version is given): the line of each framework's seed crash.
 DEFAULT_LINE = {"vllm": "0.19.1", "sglang": "0.5.5"}
 
 # The FlashInfer each line pins (Requires-Dist of the wheel; the in-between
@@ -129,6 +130,7 @@ class Deployment:
     tp: int | None = None
     pp: int | None = None
     dp: int | None = None
+    attn_dp: int | None = None  # SGLang DP attention width (--enable-dp-attention with --dp, or --attn-dp-size)
     dcp: int | None = None
     expert_parallel: bool = False
     all2all_backend: str | None = None
@@ -436,13 +438,26 @@ def sglang_defaults(d: Deployment, line: str, line_source: str) -> Defaults:
     given = "in the command" if d.source == "command" else "given"
     tp = d.tp or 1
     v["tp"] = Derived(tp, given if d.tp else f"{label} default", bool(d.tp))
-    if d.dp and d.dp > 1:
+    adp = d.attn_dp if d.attn_dp and d.attn_dp > 1 else None
+    if adp:
+        # DP attention: each attention DP group holds tp / dp of the TP ranks, so attention runs at
+        # TP tp / dp, and the chunked prefill size is divided by dp (0.5.5 server_args.py
+        # _handle_data_parallelism; 0.5.23 arg_groups/parallel_hook.py, --attn-dp-size)
+        if tp % adp:
+            raise ValueError(f"SGLang DP attention {adp} must divide the TP size {tp}")
+        v["dp"] = Derived(adp, f"{given}: DP attention, attention TP = tp {tp} / {adp} = {tp // adp}", True)
+        v["attn_tp"] = Derived(tp // adp, f"{label}: DP attention divides the attention TP by {adp}", True)
+    elif d.dp and d.dp > 1:
         v["dp"] = Derived(d.dp, f"{given}: each DP rank holds all attention heads (attention TP {tp})", True)
     chunk, max_bs, tier = sglang_memory_tier(line, d.gpu_key, tp)
     if d.max_batched_tokens:
         v["max_batched_tokens"] = Derived(d.max_batched_tokens, given, True)
     else:
         v["max_batched_tokens"] = Derived(chunk, tier.replace("default", "chunked_prefill_size default", 1))
+    if adp:
+        c = v["max_batched_tokens"]
+        v["max_batched_tokens"] = Derived(c.value // adp, f"{c.source}, divided by DP attention {adp} ({label})",
+                                          c.passed)
     if d.max_num_seqs:
         v["max_num_seqs"] = Derived(d.max_num_seqs, given, True)
     else:
@@ -520,9 +535,26 @@ def derive(d: Deployment) -> Defaults:
             src = f"given; older than every line read, simulated with {framework_label(fw)} {rules}'s rules"
         elif rules != line:
             src = f"given; simulated with the rules read from {framework_label(fw)} {rules}"
+    elif installed_line(fw):
+        # the line installed here is the one a launch command starts (issue #22)
+        line = installed_line(fw)
+        src = "installed in this environment; --framework-version to simulate another"
     else:
         line, src = DEFAULT_LINE[fw], f"default: the {framework_label(fw)} seed's line; --framework-version to change"
-    return vllm_defaults(d, line, src) if fw == "vllm" else sglang_defaults(d, line, src)
+    out = vllm_defaults(d, line, src) if fw == "vllm" else sglang_defaults(d, line, src)
+    if not d.line and not d.flashinfer and installed_line(fw):
+        from .versions import flashinfer_version
+        fi = flashinfer_version()
+        if fi and is_version(fi):
+            out.values["flashinfer"] = Derived(fi, f"installed beside {framework_label(fw)} {line}")
+    return out
+
+
+def installed_line(framework: str) -> str | None:
+    """The installed version of ``framework`` when it is one (importlib.metadata; never imports it)."""
+    from .versions import installed_version
+    v = installed_version(framework)
+    return v if v and is_version(v) else None
 
 
 def default_workspace(framework: str, version: str | None, *, architecture: str | None,

@@ -1,22 +1,43 @@
-"""Read a server launch command: the options that change FlashInfer's workspace need.
+"""Read a server launch command as the server reads it: the options that change FlashInfer's workspace.
 
 Accepted forms (after ``flashinfer-guard plan [opts] --``):
 
-- ``vllm serve MODEL [options]``
-- ``python[3] -m vllm.entrypoints.openai.api_server --model MODEL [options]``
-- ``python[3] -m sglang.launch_server --model-path|--model MODEL [options]``
-  (and ``sglang serve``)
+- ``vllm serve [MODEL] [options]``, ``python[3] [interpreter options] -m vllm.entrypoints.openai.api_server ...``
+- ``python[3] -m sglang.launch_server --model-path MODEL [options]`` and ``sglang serve ...``
+- any of them behind ``VAR=value`` assignments, ``env [-i] [-u NAME] VAR=value ...``,
+  ``uv run [uv options] [--]`` or ``docker run [docker options] IMAGE`` (``-e VAR=value``
+  read; the ``vllm/vllm-openai`` image's entry point is ``vllm serve``).
 
-Leading ``VAR=value`` assignments (``CUDA_VISIBLE_DEVICES=7``) are skipped.
-Options are read as the servers' own parsers do (``--opt value`` and
-``--opt=value``, the short aliases); options that do not change the answer
-are collected once in ``ignored``. A bad value raises ``LaunchError`` with
-one line naming the option.
+Two readers give the same resolved deployment:
+
+- **the server's own parser** where the command's server is installed at the simulated
+  line (``guard_core.server_parsers``: vLLM's ``FlexibleArgumentParser`` with the serve
+  arguments, SGLang's ``ServerArgs.add_cli_args``), imported here only, lazily, on the CLI
+  path;
+- **the built-in reader** elsewhere: an argparse parser rebuilt from the server's option
+  table as dumped from the real parser (``guard_core/server_options/*.json``,
+  ``ci/dump_server_options.py``), so aliases (``-tp``, ``-sc``, ``-cc``), unique prefixes
+  (argparse abbreviations), ``nargs="+"`` lists and ``--no-`` flags behave as in the server,
+  after the same pre-processing vLLM's ``FlexibleArgumentParser.parse_args`` does
+  (``vllm/utils/argparse_utils.py``: ``--model`` moved to the front for ``serve``,
+  ``--config`` YAML inserted after the model, ``_`` -> ``-`` in option names, ``-O3`` /
+  ``-O 3`` -> ``--optimization-level``, dotted ``--x.key value`` merged into ``--x JSON``)
+  and SGLang's ``ConfigArgumentMerger`` (``--config`` YAML first, the command after it).
+  ``tests/vllm/test_launch_parser.py`` and ``tests/sglang/test_launch_parser.py`` check the
+  two readers agree on generated commands.
+
+Every option the command passes ends in one of three lists: read (a field of ``Launch``),
+``ignored`` (known not to change the workspace) or ``not_read`` (anything else: the plan
+assumes the server's default for it and says so). A bad value raises ``LaunchError`` with
+one line naming the option; every number is bounded as the plan options are.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import re
 from dataclasses import dataclass, field
 
 
@@ -41,6 +62,7 @@ class Launch:
     max_model_len: int | None = None
     kv_cache_dtype: str | None = None
     draft_tokens: int | None = None
+    draft_tokens_from_model: bool = False  # vLLM MTP without num_speculative_tokens: the model's MTP depth
     speculative: str | None = None  # method / algorithm
     capture_sizes: tuple[int, ...] | None = None
     max_capture: int | None = None
@@ -53,302 +75,1078 @@ class Launch:
     page_size: int | None = None
     disable_graph_padding: bool = False
     dp_attention: bool = False
+    image_line: str | None = None  # the server version a `docker run` image tag names (vllm/vllm-openai:v0.19.1)
+    attn_dp: int | None = None  # SGLang attention DP width (--enable-dp-attention: dp; 0.5.23 --attn-dp-size)
+    workspace_bytes: int | None = None  # the native workspace variable in the command or the environment
+    workspace_source: str | None = None
+    reader: str = ""  # which parser read it
     deterministic: bool = False  # SGLang --enable-deterministic-inference
     kv_pool_tokens: int | None = None  # SGLang --max-total-tokens
-    env: dict = field(default_factory=dict)  # leading VAR=value assignments the plan reads
-    ignored: list = field(default_factory=list)
+    env: dict = field(default_factory=dict)  # leading VAR=value assignments the plan reads (READ_ENV)
+    ignored: list = field(default_factory=list)  # passed, known not to change the workspace
+    not_read: list = field(default_factory=list)  # passed, not read: the default is assumed
     notes: list = field(default_factory=list)
 
     def as_dict(self) -> dict:
         d = dict(self.__dict__)
         if d["capture_sizes"] is not None:
             d["capture_sizes"] = list(d["capture_sizes"])
+        d["ignored"], d["not_read"], d["notes"] = list(self.ignored), list(self.not_read), list(self.notes)
+        return d
+
+    def deployment(self) -> dict:
+        """What the command resolves to (for comparing readers): every read field."""
+        d = self.as_dict()
+        for k in ("form", "reader", "ignored", "not_read", "notes", "workspace_source"):
+            d.pop(k)
         return d
 
 
-# option spellings -> (field, kind); kinds: int, str, flag (True), noflag (False), sizes, json
-_VLLM = {
-    ("--tensor-parallel-size", "-tp"): ("tp", "int"),
-    ("--data-parallel-size", "-dp"): ("dp", "int"),
-    ("--pipeline-parallel-size", "-pp"): ("pp", "int"),
-    ("--decode-context-parallel-size", "-dcp"): ("dcp", "int"),
-    ("--enable-expert-parallel", "-ep"): ("expert_parallel", "flag"),
-    ("--no-enable-expert-parallel",): ("expert_parallel", "noflag"),
-    ("--all2all-backend",): ("all2all_backend", "str"),
-    ("--max-num-seqs",): ("max_num_seqs", "int"),
-    ("--max-num-batched-tokens",): ("max_batched_tokens", "int"),
-    ("--max-model-len",): ("max_model_len", "len"),
-    ("--kv-cache-dtype",): ("kv_cache_dtype", "str"),
-    ("--speculative-config",): ("speculative_config", "json"),
-    ("--num-speculative-tokens",): ("draft_tokens", "int0"),
-    ("--cudagraph-capture-sizes", "--cuda-graph-sizes"): ("capture_sizes", "sizes"),
-    ("--max-cudagraph-capture-size",): ("max_capture", "int"),
-    ("--compilation-config", "-O", "-cc"): ("compilation_config", "json"),
-    ("--enforce-eager",): ("eager", "flag"),
-    ("--no-enforce-eager",): ("eager", "noflag"),
-    ("--enable-chunked-prefill",): ("chunked_prefill", "flag"),
-    ("--no-enable-chunked-prefill",): ("chunked_prefill", "noflag"),
-    ("--attention-backend",): ("attention_backend", "str"),
-    ("--quantization", "-q"): ("quantization", "str"),
-    ("--block-size",): ("page_size", "int"),
-    ("--model",): ("model", "str"),
-}
-_SGLANG = {
-    ("--model-path", "--model"): ("model", "str"),
-    ("--tp-size", "--tp", "--tensor-parallel-size"): ("tp", "int"),
-    ("--dp-size", "--dp", "--data-parallel-size"): ("dp", "int"),
-    ("--pp-size", "--pp", "--pipeline-parallel-size"): ("pp", "int"),
-    ("--ep-size", "--ep", "--expert-parallel-size"): ("ep", "int"),
-    ("--max-running-requests",): ("max_num_seqs", "int"),
-    ("--chunked-prefill-size",): ("max_batched_tokens", "chunk"),
-    ("--context-length",): ("max_model_len", "int"),
-    ("--kv-cache-dtype",): ("kv_cache_dtype", "str"),
-    ("--speculative-algorithm",): ("speculative", "str"),
-    ("--speculative-num-draft-tokens",): ("sglang_draft", "int"),
-    ("--cuda-graph-max-bs",): ("max_capture", "int"),
-    ("--cuda-graph-bs",): ("capture_sizes", "list"),
-    ("--disable-cuda-graph",): ("eager", "flag"),
-    ("--disable-cuda-graph-padding",): ("disable_graph_padding", "flag"),
-    ("--attention-backend",): ("attention_backend", "str"),
-    ("--decode-attention-backend",): ("decode_attention_backend", "str"),
-    ("--prefill-attention-backend",): ("prefill_attention_backend", "str"),
-    ("--quantization",): ("quantization", "str"),
-    ("--page-size",): ("page_size", "int"),
-    ("--enable-dp-attention",): ("dp_attention", "flag"),
-    ("--enable-deterministic-inference",): ("deterministic", "flag"),
-    ("--max-total-tokens",): ("kv_pool_tokens", "int"),
-}
+NATIVE_VAR = {"vllm": "VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE", "sglang": "SGLANG_FLASHINFER_WORKSPACE_SIZE"}
 # Leading VAR=value assignments of a launch command that change the plan (read, not skipped):
 # SGLang's deterministic split tile sizes (flashinfer_backend.py, get_int_env_var).
 READ_ENV = ("SGLANG_FLASHINFER_PREFILL_SPLIT_TILE_SIZE", "SGLANG_FLASHINFER_DECODE_SPLIT_TILE_SIZE")
+
+# Bounds of every number read from a launch command: those of the plan options
+# (guard_core/cli.py _INT_BOUNDS), checked on the text or the parsed value before use.
+BOUNDS = {"parallel": 1024, "max_num_seqs": 65536, "max_capture": 16384, "max_batched_tokens": 1 << 24,
+          "max_model_len": 1 << 27, "draft_tokens": 128, "page_size": 65536}
+MAX_CAPTURE_SIZES = 1024
+MAX_JSON_DEPTH = 32  # nested JSON in a launch option (json.loads recurses)
+MAX_JSON_CHARS = 1 << 20
+MAX_TOKENS = 4096
+MAX_TOKEN_CHARS = 1 << 20
 
 _VLLM_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
 _SGLANG_MODULES = ("sglang.launch_server",)
 
 
-def _table(framework):
-    out = {}
-    for names, spec in (_VLLM if framework == "vllm" else _SGLANG).items():
-        for n in names:
-            out[n] = spec
-    return out
+# ------------------------------------------------------------------ the command's prefixes
+
+_ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+# interpreter options that take a value (python -X dev, -W error, --check-hash-based-pycs always)
+_PY_VALUE_OPTS = ("-X", "-W", "--check-hash-based-pycs")
+# uv run options with a value (uv 0.5-0.9 `uv run --help`); the others are flags
+_UV_VALUE_OPTS = {"--with", "--with-editable", "--with-requirements", "--python", "-p", "--project", "--directory",
+                  "--env-file", "--extra", "--group", "--only-group", "--no-group", "--package", "--index",
+                  "--index-url", "--extra-index-url", "--default-index", "-i", "--find-links", "-f", "--cache-dir",
+                  "--config-file", "--python-platform", "--resolution", "--prerelease", "--exclude-newer",
+                  "--index-strategy", "--keyring-provider", "--link-mode", "--refresh-package", "--reinstall-package",
+                  "--upgrade-package", "-P", "--config-setting", "-C", "--color", "--allow-insecure-host",
+                  "--no-binary-package", "--only-binary-package", "--no-build-package", "--script", "--gui-script",
+                  "--module", "-m"}
+# docker run options with a value (`docker run --help`); -e/--env are read
+_DOCKER_VALUE_OPTS = {"-e", "--env", "--env-file", "-v", "--volume", "-p", "--publish", "--name", "--gpus", "--ipc",
+                      "--shm-size", "--runtime", "-w", "--workdir", "--network", "--net", "--entrypoint", "-u",
+                      "--user", "--ulimit", "--mount", "--device", "--cpus", "--cpuset-cpus", "--memory", "-m",
+                      "--label", "-l", "--platform", "--restart", "--pull", "--hostname", "-h", "--add-host",
+                      "--cap-add", "--cap-drop", "--security-opt", "--log-driver", "--log-opt", "--pid", "--userns",
+                      "--uts", "--cgroupns", "--stop-signal", "--stop-timeout", "--tmpfs", "--dns", "--memory-swap",
+                      "--health-cmd", "--health-interval", "--health-retries", "--health-timeout", "--volumes-from",
+                      "--attach", "-a", "--cidfile", "--group-add", "--mac-address", "--ip", "--ip6", "--link",
+                      "--expose", "--sysctl", "--storage-opt", "--label-file", "--oom-score-adj", "--isolation"}
 
 
-# every integer in a launch command: ASCII digits, bounded before int() (hostile input)
-_LAUNCH_INT_MAX = 1 << 27
+def _is_env(tok: str) -> bool:
+    return bool(_ENV_RE.match(tok))
 
 
-def _int(opt: str, text: str, lo: int = 1) -> int:
-    t = text.strip() if isinstance(text, str) else ""
-    neg = t.startswith("-")
-    digits = t[1:] if neg else t
-    if not (digits.isascii() and digits.isdigit() and len(digits) <= len(str(_LAUNCH_INT_MAX))):
-        raise LaunchError(f"{opt} in the launch command must be an integer ({lo} to {_LAUNCH_INT_MAX}), "
-                          f"got {text[:40]!r}")
-    v = -int(digits) if neg else int(digits)
-    if not lo <= v <= _LAUNCH_INT_MAX:
-        raise LaunchError(f"{opt} in the launch command must be from {lo} to {_LAUNCH_INT_MAX}, got {text[:40]!r}")
-    return v
+def _take_env(tok: str, env: dict) -> None:
+    k, _, v = tok.partition("=")
+    env[k] = v
 
 
-def _len(opt: str, text: str) -> int:
-    """vLLM's --max-model-len: 3072, 32k, 1M, 1K (-1 / auto: the model's own)."""
-    t = text.strip().lower()
-    if t in ("-1", "auto"):
-        return 0
-    mult = 1
-    if t and t[-1] in "kmg":
-        mult = {"k": 1000, "m": 1000 ** 2, "g": 1000 ** 3}[t[-1]]
-        if text.strip()[-1].isupper():
-            mult = {"k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}[t[-1]]
-        t = t[:-1]
-    try:
-        if not (t.isascii() and len(t) <= 16):
-            raise ValueError
-        f = float(t)
-        if not (0 < f * mult <= _LAUNCH_INT_MAX):  # also refuses inf and nan
-            raise ValueError
-        v = int(f * mult)
-    except (ValueError, OverflowError):
-        raise LaunchError(f"{opt} in the launch command must be a length from 1 to {_LAUNCH_INT_MAX} such as "
-                          f"32768 or 32k, got {text[:40]!r}") from None
-    if v <= 0:
-        raise LaunchError(f"{opt} in the launch command must be positive, got {text[:40]!r}")
-    return v
-
-
-def _split_form(argv: list[str]) -> tuple[str, str, list[str], list[str]]:
-    """(framework, form, option tokens, notes) from the raw command."""
-    notes = []
-    i = 0
-    while i < len(argv) and "=" in argv[i] and not argv[i].startswith("-") and argv[i].split("=", 1)[0].isidentifier():
-        if argv[i].split("=", 1)[0] not in READ_ENV:
-            notes.append(f"environment {argv[i].split('=', 1)[0]} in the command: not read")
+def _skip_options(rest: list[str], i: int, value_opts, env: dict | None = None, env_opts=()) -> int:
+    """Skip a tool's options from ``rest[i]`` (``--opt value``, ``--opt=value``, flags) to its command."""
+    while i < len(rest) and rest[i].startswith("-"):
+        tok = rest[i]
+        if tok == "--":
+            return i + 1
+        name, eq, val = tok.partition("=")
+        if name in value_opts and not eq:
+            if i + 1 < len(rest) and env is not None and name in env_opts and _is_env(rest[i + 1]):
+                _take_env(rest[i + 1], env)
+            i += 2
+            continue
+        if eq and env is not None and name in env_opts and _is_env(val):
+            _take_env(val, env)
         i += 1
-    rest = argv[i:]
+    return i
+
+
+def split_command(argv: list[str]) -> tuple[str, str, list[str], dict]:
+    """(framework, form, the server's arguments, the command's environment assignments)."""
+    env: dict = {}
+    rest = list(argv)
+    if len(rest) > MAX_TOKENS or any(not isinstance(t, str) or len(t) > MAX_TOKEN_CHARS for t in rest):
+        raise LaunchError(f"launch command too long: at most {MAX_TOKENS} words of at most {MAX_TOKEN_CHARS} "
+                          "characters")
+    wrappers = []
+    for _ in range(16):  # prefixes in any order, each once or a few times
+        while rest and _is_env(rest[0]):
+            _take_env(rest[0], env)
+            rest = rest[1:]
+        if not rest:
+            break
+        head = rest[0].rsplit("/", 1)[-1]
+        if head == "env":
+            i = 1
+            while i < len(rest) and (rest[i].startswith("-") or _is_env(rest[i])):
+                if rest[i] in ("-u", "--unset") and i + 1 < len(rest):
+                    env.pop(rest[i + 1], None)
+                    i += 2
+                    continue
+                if _is_env(rest[i]):
+                    _take_env(rest[i], env)
+                i += 1
+            rest = rest[i:]
+            wrappers.append("env")
+            continue
+        if head == "uv" and len(rest) > 1 and rest[1] == "run":
+            rest = rest[_skip_options(rest, 2, _UV_VALUE_OPTS):]
+            wrappers.append("uv run")
+            continue
+        if head in ("docker", "podman") and len(rest) > 1 and rest[1] == "run":
+            i = _skip_options(rest, 2, _DOCKER_VALUE_OPTS, env, ("-e", "--env"))
+            if i >= len(rest):
+                raise LaunchError(f"{head} run without an image in the launch command")
+            image = rest[i]
+            rest = rest[i + 1:]
+            wrappers.append(f"{head} run {image}")
+            if "vllm-openai" in image and not (rest and rest[0].rsplit("/", 1)[-1] in ("vllm", "python", "python3")):
+                # the vllm/vllm-openai image's ENTRYPOINT is `vllm serve` (docker/Dockerfile, vLLM >= 0.10)
+                rest = ["vllm", "serve"] + rest
+            continue
+        break
     if not rest:
         raise LaunchError("empty launch command after --: give e.g. `vllm serve MODEL ...`")
+    prefix = (" ".join(wrappers) + ": ") if wrappers else ""
     head = rest[0].rsplit("/", 1)[-1]
     if head in ("vllm", "sglang") and len(rest) > 1 and rest[1] == "serve":
-        return head, f"{head} serve", rest[2:], notes
-    if head.startswith("python"):
+        return head, f"{prefix}{head} serve", rest[2:], env
+    if re.fullmatch(r"python(\d+(\.\d+)*)?", head):
         j = 1
-        while j < len(rest) and rest[j].startswith("-") and rest[j] != "-m":
-            j += 1  # interpreter flags (-u, -X dev ...)
-        if j + 1 < len(rest) and rest[j] == "-m":
-            mod = rest[j + 1]
+        while j < len(rest) and rest[j].startswith("-") and not rest[j].startswith("-m"):
+            if rest[j] in _PY_VALUE_OPTS:
+                j += 2
+            else:
+                j += 1
+        if j < len(rest) and rest[j].startswith("-m"):
+            mod = rest[j][2:] if len(rest[j]) > 2 else (rest[j + 1] if j + 1 < len(rest) else "")
+            args = rest[j + 1:] if len(rest[j]) > 2 else rest[j + 2:]
             if mod in _VLLM_MODULES:
-                return "vllm", f"python -m {mod}", rest[j + 2:], notes
+                return "vllm", f"{prefix}python -m {mod}", args, env
             if mod in _SGLANG_MODULES:
-                return "sglang", f"python -m {mod}", rest[j + 2:], notes
-            raise LaunchError(f"launch command runs module {mod!r}: expected vllm.entrypoints.openai.api_server "
+                return "sglang", f"{prefix}python -m {mod}", args, env
+            if mod == "vllm.entrypoints.cli.main" and args[:1] == ["serve"]:
+                return "vllm", f"{prefix}python -m {mod} serve", args[1:], env
+            raise LaunchError(f"launch command runs module {mod[:80]!r}: expected vllm.entrypoints.openai.api_server "
                               "or sglang.launch_server")
-    raise LaunchError(f"launch command {rest[0]!r} not recognised: expected `vllm serve MODEL ...`, "
+    raise LaunchError(f"launch command {rest[0][:80]!r} not recognised: expected `vllm serve MODEL ...`, "
                       "`python -m vllm.entrypoints.openai.api_server --model ...` or "
-                      "`python -m sglang.launch_server --model-path ...`")
+                      "`python -m sglang.launch_server --model-path ...` (after env/uv run/docker run prefixes)")
 
 
-def parse_launch(argv: list[str]) -> Launch:
-    framework, form, tokens, notes = _split_form(list(argv))
-    table = _table(framework)
-    out = Launch(framework, form, notes=notes)
-    for tok in argv:  # the leading assignments _split_form read past
-        name, eq, value = tok.partition("=")
-        if not eq or tok.startswith("-") or not name.isidentifier():
-            break
-        if name in READ_ENV:
-            out.env[name] = value[:64]
-    if form == "vllm serve" and tokens and not tokens[0].startswith("-"):
-        out.model = tokens[0]
-        tokens = tokens[1:]
-    raw: dict = {}
-    i = 0
-    while i < len(tokens):
-        tok = tokens[i]
-        i += 1
-        if not tok.startswith("-"):
-            out.ignored.append(tok)
-            continue
-        name, eq, inline = tok.partition("=")
-        spec = table.get(name)
-        if spec is None:
-            # an unknown option: its value (if any) is the next token when that is not an option
-            if not eq and i < len(tokens) and not tokens[i].startswith("-"):
-                out.ignored.append(f"{name} {tokens[i]}")
-                i += 1
-            else:
-                out.ignored.append(tok)
-            continue
-        fname, kind = spec
-        if kind in ("flag", "noflag"):
-            if eq:
-                val = inline.strip().lower()
-                if val not in ("true", "false", "1", "0"):
-                    raise LaunchError(f"{name} in the launch command takes no value, got {inline!r}")
-                on = val in ("true", "1")
-                raw[fname] = on if kind == "flag" else not on
-            else:
-                raw[fname] = kind == "flag"
-            continue
-        if kind == "list":  # SGLang --cuda-graph-bs 1 2 4 8 (nargs="+")
-            vals = [inline] if eq else []
-            while not eq and i < len(tokens) and not tokens[i].startswith("-"):
-                vals.append(tokens[i])
-                i += 1
-            if not vals:
-                raise LaunchError(f"{name} in the launch command needs batch sizes")
-            raw[fname] = (name, " ".join(vals))
-            continue
-        if eq:
-            value = inline
-        else:
-            if i >= len(tokens):
-                raise LaunchError(f"{name} in the launch command needs a value")
-            value = tokens[i]
-            i += 1
-        raw[fname] = (name, value)
-    _convert(out, raw)
-    return out
+# ------------------------------------------------------------------ numbers and JSON, bounded
+
+_INT_RE = re.compile(r"[+-]?\d+(?:_\d+)*")
 
 
-def _sizes(opt: str, text: str) -> tuple[int, ...]:
-    parts = [p for p in text.replace(",", " ").replace("[", " ").replace("]", " ").split() if p]
-    if not parts:
-        raise LaunchError(f"{opt} in the launch command needs batch sizes, got {text!r}")
-    return tuple(_int(opt, p) for p in parts)
+def _show(text) -> str:
+    t = text if isinstance(text, str) else repr(text)
+    return repr(t[:40]) + ("..." if len(t) > 40 else "")
 
 
-def _json(opt: str, text: str) -> dict:
-    try:
-        v = json.loads(text)
-    except ValueError:
-        # vLLM also accepts -O3 / -O.key=value forms; only JSON objects are read here
-        if text.strip().isdigit():
-            return {}
-        raise LaunchError(f"{opt} in the launch command must be a JSON object, got {text[:80]!r}") from None
-    if not isinstance(v, dict):
-        raise LaunchError(f"{opt} in the launch command must be a JSON object, got {text[:80]!r}")
+def _int(opt: str, value, hi: int, lo: int = 1) -> int:
+    """A launch-command integer as Python's int() reads it (the servers' type=int), bounded."""
+    if type(value) is int:
+        v = value
+    elif isinstance(value, str) and value.strip().isascii() and len(value.strip()) <= len(str(hi)) + 4 \
+            and _INT_RE.fullmatch(value.strip()):
+        v = int(value.strip())
+    else:
+        raise LaunchError(f"{opt} in the launch command must be an integer ({lo} to {hi}), got {_show(value)}")
+    if not lo <= v <= hi:
+        raise LaunchError(f"{opt} in the launch command must be from {lo} to {hi}, got {_show(str(value))}")
     return v
 
 
-def _convert(out: Launch, raw: dict) -> None:
-    for fname, val in raw.items():
-        if isinstance(val, bool):
-            setattr(out, fname, val)
+_HUMAN_RE = re.compile(r"(\d{1,12}(?:\.\d{1,6})?)([kKmMgGtT])")
+
+
+def _human_int(opt: str, value, hi: int, auto: bool = False) -> int | None:
+    """vLLM's human_readable_int (``16k`` = 16000, ``16K`` = 16384; vllm/utils/argparse_utils.py), bounded;
+    with ``auto``: -1 / auto -> None (the model's own)."""
+    if type(value) is int:
+        if auto and value == -1:
+            return None
+        return _int(opt, value, hi)
+    t = value.strip() if isinstance(value, str) else ""
+    if auto and (t == "-1" or t.lower() == "auto"):
+        return None
+    m = _HUMAN_RE.fullmatch(t) if t.isascii() else None
+    if m:
+        number, suffix = m.groups()
+        if suffix in "kmgt":
+            whole, _, frac = number.partition(".")
+            mult = 10 ** (3 * "kmgt".index(suffix) + 3)
+            v = (int(whole) * 10 ** len(frac) + int(frac or 0)) * mult // 10 ** len(frac)
+        elif "." in number:
+            raise LaunchError(f"{opt} in the launch command: no decimals with a binary suffix, got {_show(t)}")
+        else:
+            v = int(number) * 2 ** (10 * ("KMGT".index(suffix) + 1))
+        if not 1 <= v <= hi:
+            raise LaunchError(f"{opt} in the launch command must be from 1 to {hi}, got {_show(t)}")
+        return v
+    return _int(opt, t, hi)
+
+
+def _json_depth_ok(text: str) -> bool:
+    depth = 0
+    in_str = esc = False
+    for ch in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                return False
+        elif ch in "]}":
+            depth -= 1
+    return True
+
+
+def check_json_text(opt: str, text: str) -> None:
+    if len(text) > MAX_JSON_CHARS or not _json_depth_ok(text):
+        raise LaunchError(f"{opt} in the launch command: JSON nested deeper than {MAX_JSON_DEPTH} levels or longer "
+                          f"than {MAX_JSON_CHARS} characters")
+
+
+def _json_obj(opt: str, value) -> dict:
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return value
+    if not isinstance(value, str):  # a parsed config object (the server's own parser)
+        return _as_dict(value)
+    check_json_text(opt, value)
+    try:
+        v = json.loads(value)
+    except (ValueError, RecursionError):
+        raise LaunchError(f"{opt} in the launch command must be a JSON object, got {_show(value)}") from None
+    if not isinstance(v, dict):
+        raise LaunchError(f"{opt} in the launch command must be a JSON object, got {_show(value)}")
+    return v
+
+
+def _as_dict(obj) -> dict:
+    """A vLLM config object (pydantic dataclass) or dict as a dict of its fields."""
+    if obj is None:
+        return {}
+    if isinstance(obj, dict):
+        return obj
+    import dataclasses
+    if dataclasses.is_dataclass(obj):
+        return {f.name: getattr(obj, f.name, None) for f in dataclasses.fields(obj)}
+    return dict(getattr(obj, "__dict__", {}))
+
+
+def _sizes(opt: str, values) -> tuple[int, ...]:
+    if isinstance(values, (str, int)):
+        values = [values]
+    values = list(values or [])
+    if not values or len(values) > MAX_CAPTURE_SIZES:
+        raise LaunchError(f"{opt} in the launch command needs 1 to {MAX_CAPTURE_SIZES} batch sizes")
+    return tuple(_int(opt, v, BOUNDS["max_capture"]) for v in values)
+
+
+def _bool(opt: str, value) -> bool:
+    if isinstance(value, bool):
+        return value
+    t = str(value).strip().lower()
+    if t in ("true", "1", "yes"):
+        return True
+    if t in ("false", "0", "no"):
+        return False
+    raise LaunchError(f"{opt} in the launch command must be true or false, got {_show(value)}")
+
+
+def _str(opt: str, value) -> str:
+    t = str(value).strip() if value is not None else ""
+    if not t:
+        raise LaunchError(f"{opt} in the launch command needs a value")
+    return t[:200]
+
+
+def native_workspace(framework: str, env: dict, environ) -> tuple[int | None, str | None]:
+    """The server's own workspace variable (bytes: both servers read it with int()), from the
+    command's environment, else the exported one."""
+    var = NATIVE_VAR[framework]
+    for where, e in (("in the launch command", env), ("exported in this environment", environ or {})):
+        if var in e:
+            raw = str(e[var]).strip()
+            if not (raw.isascii() and raw.isdigit() and len(raw) <= 13 and 0 < int(raw) <= (1 << 40)):
+                raise LaunchError(f"{var} {where} must be a byte count such as 538968064 (the server reads it "
+                                  f"with int()), got {_show(e[var])}")
+            return int(raw), f"{var}={raw} {where}"
+    return None, None
+
+
+# ------------------------------------------------------------------ YAML configs (--config)
+
+def load_yaml(path: str) -> dict:
+    """A server --config file: PyYAML where installed, else the flat/one-level subset both servers document."""
+    try:
+        if os.path.getsize(path) > (1 << 20):
+            raise LaunchError(f"--config {path!r} in the launch command: larger than 1 MiB")
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise LaunchError(f"--config {path!r} in the launch command: cannot read it ({exc.strerror})") from None
+    check_json_text(f"--config {path}", text)
+    try:
+        import yaml  # noqa: F401
+    except ImportError:
+        data = _mini_yaml(path, text)
+    else:
+        try:
+            data = yaml.safe_load(text)
+        except Exception as exc:
+            raise LaunchError(f"--config {path!r} in the launch command is not valid YAML "
+                              f"({type(exc).__name__})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise LaunchError(f"--config {path!r} in the launch command must hold a mapping of options")
+    return data
+
+
+def _scalar(text: str):
+    t = text.strip()
+    if not t:
+        return None
+    if t[0] in "[{\"'":
+        if t[0] == "'" and t.endswith("'"):
+            return t[1:-1]
+        try:
+            return json.loads(t)
+        except ValueError:
+            if t[0] == "[" and t.endswith("]"):
+                return [_scalar(p) for p in t[1:-1].split(",") if p.strip()]
+            return t
+    low = t.lower()
+    if low in ("true", "yes", "on"):
+        return True
+    if low in ("false", "no", "off"):
+        return False
+    if low in ("null", "~"):
+        return None
+    if _INT_RE.fullmatch(t) and len(t) < 20:
+        return int(t)
+    try:
+        return float(t) if re.fullmatch(r"[+-]?\d+\.\d*([eE][+-]?\d+)?", t) else t
+    except ValueError:
+        return t
+
+
+def _mini_yaml(path: str, text: str) -> dict:
+    """``key: value``, ``key:`` + indented ``- item`` lists or ``sub: value`` maps, comments."""
+    out: dict = {}
+    cur = None
+    for raw in text.splitlines():
+        line = raw.split(" #", 1)[0].rstrip() if not raw.lstrip().startswith("#") else ""
+        if not line.strip() or line.strip() == "---":
             continue
-        opt, text = val
-        if fname in ("tp", "dp", "pp", "dcp", "ep", "max_num_seqs", "max_capture", "page_size", "kv_pool_tokens"):
-            setattr(out, fname, _int(opt, text))
-        elif fname == "max_batched_tokens":
-            if out.framework == "sglang":
-                v = _int(opt, text, lo=-1)
-                if v <= 0:
-                    out.notes.append(f"{opt} {text}: chunked prefill off; prefill batches are whole prompts")
-                else:
-                    out.max_batched_tokens = v
+        indent = len(line) - len(line.lstrip())
+        s = line.strip()
+        if indent == 0:
+            key, sep, val = s.partition(":")
+            if not sep:
+                raise LaunchError(f"--config {path!r}: cannot read {s[:60]!r} without PyYAML (pip install pyyaml)")
+            key = key.strip().strip("'\"")
+            if val.strip():
+                out[key] = _scalar(val)
+                cur = None
             else:
-                out.max_batched_tokens = _int(opt, text)
-        elif fname == "max_model_len":
-            v = _len(opt, text) if out.framework == "vllm" else _int(opt, text)
-            out.max_model_len = v or None
-        elif fname == "draft_tokens":
-            out.draft_tokens = _int(opt, text, lo=0)
-        elif fname == "sglang_draft":
-            n = _int(opt, text)
-            out.draft_tokens = n - 1  # SGLang counts the verified token in
-        elif fname == "capture_sizes":
-            out.capture_sizes = _sizes(opt, text)
-        elif fname == "speculative_config":
-            cfg = _json(opt, text)
-            n = cfg.get("num_speculative_tokens")
-            if n is not None:
-                if type(n) is not int or n < 0:
-                    raise LaunchError(f"{opt} num_speculative_tokens must be an integer >= 0, got {n!r}")
-                out.draft_tokens = n
-            out.speculative = str(cfg.get("method") or "speculative")
-        elif fname == "compilation_config":
-            cfg = _json(opt, text)
-            if "cudagraph_capture_sizes" in cfg:
-                sizes = cfg["cudagraph_capture_sizes"]
-                if not isinstance(sizes, list) or not sizes or not all(type(s) is int and s > 0 for s in sizes):
-                    raise LaunchError(f"{opt} cudagraph_capture_sizes must be a list of positive integers")
-                out.capture_sizes = tuple(sizes)
-            if "max_cudagraph_capture_size" in cfg:
-                m = cfg["max_cudagraph_capture_size"]
-                if type(m) is not int or m <= 0:
-                    raise LaunchError(f"{opt} max_cudagraph_capture_size must be a positive integer, got {m!r}")
-                out.max_capture = m
-            mode = str(cfg.get("cudagraph_mode", "")).upper()
-            if mode == "NONE" or cfg.get("cudagraph_mode") == 0:
-                out.eager = True
-        elif fname in ("kv_cache_dtype", "attention_backend", "decode_attention_backend", "prefill_attention_backend",
-                       "quantization", "all2all_backend", "model", "speculative"):
-            if not text.strip():
-                raise LaunchError(f"{opt} in the launch command needs a value")
-            setattr(out, fname, text.strip())
-    if out.framework == "sglang" and out.speculative and out.draft_tokens is None:
+                out[key] = None
+                cur = key
+        elif cur is not None:
+            if s.startswith("- "):
+                if not isinstance(out[cur], list):
+                    out[cur] = []
+                out[cur].append(_scalar(s[2:]))
+            else:
+                k, sep, v = s.partition(":")
+                if not sep:
+                    raise LaunchError(f"--config {path!r}: cannot read {s[:60]!r} without PyYAML")
+                if not isinstance(out[cur], dict):
+                    out[cur] = {}
+                out[cur][k.strip().strip("'\"")] = _scalar(v)
+        else:
+            raise LaunchError(f"--config {path!r}: cannot read {s[:60]!r} without PyYAML (pip install pyyaml)")
+    return out
+
+
+# ------------------------------------------------------------------ the server's option tables
+
+_TABLE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "server_options")
+
+
+def table_versions(framework: str) -> list[str]:
+    from .versions import parse_version
+    try:
+        names = os.listdir(_TABLE_DIR)
+    except OSError:
+        return []
+    vs = [n[len(framework) + 1:-5] for n in names if n.startswith(framework + "-") and n.endswith(".json")]
+    return sorted(vs, key=parse_version)
+
+
+def load_table(framework: str, line: str | None) -> dict:
+    """The dumped option table of ``line`` (the newest one not above it, else the oldest)."""
+    from .versions import parse_version
+    vs = table_versions(framework)
+    if not vs:
+        raise LaunchError(f"no {framework} option table in {_TABLE_DIR}: reinstall flashinfer-guard")
+    pick = vs[0]
+    for v in vs:
+        try:
+            if line and parse_version(v) <= parse_version(line):
+                pick = v
+        except Exception:
+            pass
+    with open(os.path.join(_TABLE_DIR, f"{framework}-{pick}.json"), encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+class _Refused(Exception):
+    pass
+
+
+class _RebuiltParser(argparse.ArgumentParser):
+    def error(self, message):
+        raise _Refused(message)
+
+    def exit(self, status=0, message=None):
+        raise _Refused(message or "exit")
+
+
+def _recording(cls, seen: list):
+    """An argparse action class that notes (dest, option string, values) before acting."""
+    class Recording(cls):
+        def __call__(self, parser, namespace, values, option_string=None):
+            seen.append((self.dest, option_string, values))
+            super().__call__(parser, namespace, values, option_string)
+    Recording.__name__ = cls.__name__
+    return Recording
+
+
+class _Flag(argparse.Action):
+    """store_true / store_false / store_const / --x / --no-x from the table."""
+
+    def __init__(self, option_strings, dest, kind="store_true", const=None, negative=None, **kw):
+        self.kind = kind
+        self.negative = set(negative) if negative is not None else None
+        super().__init__(option_strings, dest, nargs=0, const=const, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if self.kind == "boolean_optional":
+            # the table names the negative spellings (vLLM 0.33: --disable-x and --no-enable-x)
+            neg = self.negative if self.negative is not None else {o for o in self.option_strings
+                                                                  if o.startswith("--no-")}
+            v = option_string not in neg
+        elif self.kind == "store_false":
+            v = False
+        elif self.kind == "store_const":
+            v = self.const
+        else:
+            v = True
+        setattr(namespace, self.dest, v)
+
+
+def rebuilt_parser(table: dict, seen: list) -> argparse.ArgumentParser:
+    """An argparse parser with the server's options (every value a string), recording what it reads."""
+    p = _RebuiltParser(prog="server", add_help=False, allow_abbrev=table.get("allow_abbrev", True))
+    for a in table["actions"]:
+        kind, opts = a["kind"], a["options"]
+        if kind in ("help", "version"):
+            if opts:
+                p.add_argument(*opts, dest=a["dest"], action=_recording(_Flag, seen), kind="store_true",
+                               default=argparse.SUPPRESS)
+            continue
+        if not opts:
+            p.add_argument(a["dest"], nargs=a["nargs"] if a["nargs"] is not None else None,
+                           default=None, action=_recording(argparse._StoreAction, seen))
+            continue
+        if kind in ("store_true", "store_false", "store_const", "boolean_optional", "count"):
+            p.add_argument(*opts, dest=a["dest"], action=_recording(_Flag, seen),
+                           kind="store_true" if kind == "count" else kind, const=a.get("const"),
+                           negative=a.get("negative"), default=argparse.SUPPRESS)
+        else:
+            nargs = a["nargs"]
+            action = argparse._AppendAction if kind == "append" else argparse._StoreAction
+            kw = {"const": a.get("const")} if nargs == "?" else {}
+            p.add_argument(*opts, dest=a["dest"], nargs=nargs, action=_recording(action, seen),
+                           default=argparse.SUPPRESS, **kw)
+    return p
+
+
+# ------------------------------------------------------------------ vLLM's pre-processing (built-in)
+
+def _vllm_config_args(path: str, table: dict) -> list[str]:
+    """vLLM's FlexibleArgumentParser.load_config_file: YAML -> ``--key value`` (bools as flags,
+    lists as several values, mappings as JSON)."""
+    opts = {o for a in table["actions"] for o in a["options"]}
+    out: list[str] = []
+    for key, value in load_yaml(path).items():
+        key = str(key)
+        if isinstance(value, bool):
+            if value:
+                out.append("--" + key)
+            elif f"--no-{key}" in opts:
+                out.append(f"--no-{key}")
+        elif isinstance(value, list):
+            if value:
+                out += ["--" + key] + [str(v) for v in value]
+        elif isinstance(value, dict):
+            out += ["--" + key, json.dumps(value)]
+        else:
+            out += ["--" + key, str(value)]
+    return out
+
+
+def vllm_preprocess(args: list[str], serve: bool, table: dict) -> list[str]:
+    """What vLLM's FlexibleArgumentParser.parse_args does to argv before argparse
+    (vllm/utils/argparse_utils.py, 0.23 and 0.33)."""
+    args = list(args)
+    if serve:
+        args = ["serve"] + args
+        idx = next((i for i, a in enumerate(args) if re.match(r"^--model(=.+|$)", a)), None)
+        if idx is not None:
+            if args[idx] == "--model":
+                if idx + 1 >= len(args):
+                    raise LaunchError("--model in the launch command needs a value")
+                tag, rest_start = args[idx + 1], idx + 2
+            else:
+                tag, rest_start = args[idx][len("--model="):], idx + 1
+            args = ["serve", tag] + args[1:idx] + args[rest_start:]
+    if "--config" in args:
+        if args.count("--config") > 1:
+            raise LaunchError("more than one --config in the launch command (vLLM refuses it)")
+        i = args.index("--config")
+        if i == len(args) - 1:
+            raise LaunchError("--config in the launch command needs a YAML file")
+        cfg = _vllm_config_args(args[i + 1], table)
+        if serve:
+            model_in_cli = len(args) > 1 and not args[1].startswith("-")
+            if not model_in_cli and "--model" not in cfg:
+                raise LaunchError("no model in the launch command or its --config (vLLM refuses it)")
+            if model_in_cli:
+                args = args[:2] + cfg + args[2:i] + args[i + 2:]
+            else:
+                mi = cfg.index("--model")
+                model = cfg[mi + 1] if mi + 1 < len(cfg) else ""
+                cfg = cfg[:mi] + cfg[mi + 2:]
+                args = args[:1] + [model] + cfg + args[1:i] + args[i + 2:]
+        else:
+            args = cfg + args[:i] + args[i + 2:]
+    pattern = re.compile(r"(?<=--)[^\.]*")
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        if arg.startswith("--"):
+            if "=" in arg:
+                key, value = arg.split("=", 1)
+                out.append(pattern.sub(lambda m: m.group(0).replace("_", "-"), key, count=1) + "=" + value)
+            else:
+                out.append(pattern.sub(lambda m: m.group(0).replace("_", "-"), arg, count=1))
+        elif arg.startswith("-O") and arg != "-O" and "--optimization-level" in _options(table):
+            out += ["--optimization-level", arg[3:] if arg[2:3] == "=" else arg[2:]]
+        elif arg == "-O" and i + 1 < len(args) and args[i + 1] in {"0", "1", "2", "3"} \
+                and "--optimization-level" in _options(table):
+            out.append("--optimization-level")
+        else:
+            out.append(arg)
+    # dotted options: --x.key value / -cc.key=value / --x.key+ a,b -> --x JSON
+    dicts: dict = {}
+    keep: list[str] = []
+    skip = set()
+    for i, a in enumerate(out):
+        if i in skip:
+            continue
+        if a.startswith("-") and "." in a and not (a.startswith("--") and "=" not in a and "." not in a):
+            name = a
+            if "=" in a:
+                name, value_str = a.split("=", 1)
+                if "." not in name:
+                    keep.append(a)
+                    continue
+            else:
+                if i + 1 >= len(out):
+                    raise LaunchError(f"{a} in the launch command needs a value")
+                value_str = out[i + 1]
+                skip.add(i + 1)
+            if name.endswith("+"):
+                name = name[:-1]
+                value_str = json.dumps(value_str.split(","))
+            key, *keys = name.split(".")
+            if len(keys) > MAX_JSON_DEPTH:
+                raise LaunchError(f"{key}.{keys[0]}... in the launch command: nested deeper than {MAX_JSON_DEPTH} "
+                                  "levels")
+            check_json_text(name, value_str)
+            try:
+                value = json.loads(value_str)
+            except (ValueError, RecursionError):
+                try:
+                    value = _human_int(name, value_str, 1 << 62)
+                except LaunchError:
+                    value = value_str
+            nested = value
+            for k in reversed(keys):
+                nested = {k: nested}
+            _merge(dicts.setdefault(key, {}), nested)
+            continue
+        keep.append(a)
+    for key, value in dicts.items():
+        keep += [key, json.dumps(value)]
+    return keep
+
+
+def _merge(original: dict, update: dict) -> None:
+    for k, v in update.items():
+        if isinstance(v, dict) and isinstance(original.get(k), dict):
+            _merge(original[k], v)
+        elif isinstance(v, list) and isinstance(original.get(k), list):
+            original[k] += v
+        else:
+            original[k] = v
+
+
+def _options(table: dict) -> set:
+    cached = table.get("_options")
+    if cached is None:
+        cached = table["_options"] = {o for a in table["actions"] for o in a["options"]}
+    return cached
+
+
+def _sglang_config_args(args: list[str], table: dict) -> list[str]:
+    """SGLang's ConfigArgumentMerger (sglang/srt/server_args_config_parser.py, 0.5.5;
+    srt/utils/server_args_config_parser.py, 0.5.23): the YAML's options first, then the command."""
+    if "--config" not in args:
+        return args
+    if args.count("--config") > 1:
+        raise LaunchError("more than one --config in the launch command (SGLang refuses it)")
+    i = args.index("--config")
+    if i == len(args) - 1:
+        raise LaunchError("--config in the launch command needs a YAML file")
+    flags = {a["dest"] for a in table["actions"] if a["kind"] == "store_true"}
+    flags |= {o[2:].replace("-", "_") for a in table["actions"] if a["kind"] == "store_true" for o in a["options"]
+              if o.startswith("--")}
+    out: list[str] = []
+    for key, value in load_yaml(args[i + 1]).items():
+        key = str(key)
+        if isinstance(value, bool):
+            if key.replace("-", "_") in flags:
+                if value:
+                    out.append(f"--{key}")
+            else:
+                out += [f"--{key}", str(value).lower()]
+        elif isinstance(value, list):
+            if value:
+                out += [f"--{key}"] + [str(v) for v in value]
+        elif isinstance(value, dict):
+            out += [f"--{key}", json.dumps(value)]
+        else:
+            out += [f"--{key}", str(value)]
+    return out + args[:i] + args[i + 2:]
+
+
+def builtin_read(framework: str, form: str, tokens: list[str], table: dict) -> tuple[dict, list]:
+    """(namespace as a dict of raw strings, what was read) through the rebuilt parser."""
+    seen: list = []
+    p = rebuilt_parser(table, seen)
+    serve = framework == "vllm" and form.endswith("vllm serve") or form.endswith("cli.main serve")
+    if framework == "vllm":
+        argv = vllm_preprocess(tokens, serve, table)
+        if serve:
+            argv = argv[1:]  # the "serve" word: the table is the serve subparser's
+    else:
+        argv = _sglang_config_args(list(tokens), table)
+    try:
+        ns, unknown = p.parse_known_args(argv)
+    except _Refused as exc:
+        raise LaunchError(f"the launch command is refused by {framework_label(framework)} "
+                          f"{table.get('version')}'s options: {exc}") from None
+    d = vars(ns)
+    d["_aliases"] = {a["dest"]: a["options"] for a in table["actions"]}
+    for u in unknown:
+        seen.append((None, u, None))
+    return d, seen
+
+
+def framework_label(framework: str) -> str:
+    return "vLLM" if framework == "vllm" else "SGLang"
+
+
+# ------------------------------------------------------------------ resolution: namespace -> Launch
+
+# Options known not to change FlashInfer's workspace need (network, API, logging, loading,
+# memory fraction, caching policy, tool/chat parsing): listed under "ignored".
+HARMLESS_VLLM = {
+    "host", "port", "uds", "api_key", "served_model_name", "trust_remote_code", "gpu_memory_utilization",
+    "enable_prefix_caching", "disable_log_requests", "enable_log_requests", "disable_log_stats",
+    "uvicorn_log_level", "disable_uvicorn_access_log", "tokenizer", "tokenizer_mode", "download_dir",
+    "load_format", "seed", "revision", "code_revision", "tokenizer_revision", "swap_space", "cpu_offload_gb",
+    "enable_auto_tool_choice", "tool_call_parser", "reasoning_parser", "chat_template", "response_role",
+    "language_model_only", "async_scheduling", "disable_custom_all_reduce", "max_logprobs", "allowed_origins",
+    "allowed_methods", "allowed_headers", "allow_credentials", "ssl_keyfile", "ssl_certfile", "root_path",
+    "middleware", "disable_fastapi_docs", "enable_request_id_headers", "max_log_len", "config_format",
+    "kv_cache_memory_bytes", "num_gpu_blocks_override", "distributed_executor_backend", "worker_cls",
+    "lora_modules", "prompt_adapters", "return_tokens_as_token_ids", "enable_server_load_tracking",
+    "generation_config", "override_generation_config", "tool_parser_plugin", "log_config_file",
+    "data_parallel_address", "data_parallel_rpc_port", "data_parallel_size_local", "data_parallel_start_rank",
+    "headless", "api_server_count", "hf_token", "otlp_traces_endpoint", "collect_detailed_traces",
+    "disable_frontend_multiprocessing", "enable_sleep_mode", "model_loader_extra_config", "ignore_patterns",
+    "use_tqdm_on_load", "pt_load_map_location", "safetensors_load_strategy", "chat_template_content_format",
+    "enable_prompt_tokens_details", "enable_force_include_usage", "h11_max_incomplete_event_size",
+    "h11_max_header_count", "log_error_stack", "structured_outputs_config", "guided_decoding_backend",
+    "scheduling_policy", "preemption_mode", "mm_processor_cache_gb", "limit_mm_per_prompt",
+    "enable_tokenizer_info_endpoint", "tokens_only", "exclude_tools_when_tool_choice_none", "dtype",
+}
+HARMLESS_SGLANG = {
+    "host", "port", "api_key", "served_model_name", "trust_remote_code", "mem_fraction_static", "tokenizer_path",
+    "tokenizer_mode", "skip_tokenizer_init", "load_format", "download_dir", "random_seed", "revision", "log_level",
+    "log_level_http", "log_requests", "log_requests_level", "show_time_cost", "enable_metrics", "chat_template",
+    "completion_template", "tool_call_parser", "reasoning_parser", "disable_radix_cache", "schedule_policy",
+    "schedule_conservativeness", "file_storage_path", "watchdog_timeout", "dist_init_addr", "nnodes", "node_rank",
+    "enable_cache_report", "decode_log_interval", "stream_interval", "stream_output", "allow_auto_truncate",
+    "max_total_tokens", "max_prefill_tokens", "enable_mixed_chunk", "dtype", "tool_server", "sampling_backend",
+    "grammar_backend", "constrained_json_whitespace_pattern", "disable_custom_all_reduce", "base_gpu_id",
+    "gpu_id_step", "sleep_on_idle", "enable_p2p_check", "model_impl", "device", "weight_loader_disable_mmap",
+    "enable_request_time_stats_logging", "crash_dump_folder", "tokenizer_worker_num", "json_model_override_args",
+}
+HARMLESS = {"vllm": HARMLESS_VLLM, "sglang": HARMLESS_SGLANG}
+# environment variables of the command that do not change the workspace (device choice, downloads,
+# communication, threads); any other (VLLM_BATCH_INVARIANT, SGLANG_*, ...) is "not read"
+HARMLESS_ENV = {"CUDA_VISIBLE_DEVICES", "HF_TOKEN", "HF_HOME", "HF_HUB_OFFLINE", "HF_HUB_ENABLE_HF_TRANSFER",
+                "HUGGING_FACE_HUB_TOKEN", "PYTHONPATH", "PYTHONUNBUFFERED", "PATH", "HOME", "TOKENIZERS_PARALLELISM",
+                "VLLM_LOGGING_LEVEL", "VLLM_CONFIGURE_LOGGING", "VLLM_HOST_IP", "VLLM_PORT", "VLLM_API_KEY",
+                "VLLM_USE_MODELSCOPE", "VLLM_CACHE_ROOT", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "SGLANG_LOG_LEVEL"}
+HARMLESS_ENV_PREFIXES = ("NCCL_", "HF_", "TRANSFORMERS_", "OMP_", "MKL_", "UCX_", "GLOO_", "TORCH_NCCL_", "NVIDIA_")
+# heads / head dim keys of a model override: they change the workspace, and the plan does not apply them
+_HEAD_KEYS = ("num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size", "num_heads", "kv_lora_rank",
+              "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "layer_types", "sliding_window")
+# vLLM's MTP methods (vllm/config/speculative.py MTPModelTypes, 0.23-0.33): without
+# num_speculative_tokens vLLM runs the draft model's n_predict (its MTP depth)
+_MTP_SUFFIX = "mtp"
+
+
+def _display(opt, values) -> str:
+    if values is None or values == [] or isinstance(values, bool):
+        return str(opt)
+    if isinstance(values, (list, tuple)):
+        return f"{opt} {' '.join(str(v) for v in values)}"
+    return f"{opt} {values}"
+
+
+def _heads_override(obj) -> list[str]:
+    keys: list[str] = []
+
+    def walk(d, prefix=""):
+        if isinstance(d, dict):
+            for k, v in d.items():
+                if k in _HEAD_KEYS:
+                    keys.append(prefix + str(k))
+                elif isinstance(v, dict) and len(prefix) < 200:
+                    walk(v, prefix + str(k) + ".")
+    walk(obj)
+    return keys
+
+
+def resolve(framework: str, form: str, ns: dict, seen: list, env: dict, environ, reader: str) -> Launch:
+    out = Launch(framework, form, reader=reader)
+    aliases = ns.get("_aliases") or {}
+    if "_passed" in ns:  # the server's namespace holds every default: read what the command passed
+        ns = {k: v for k, v in ns.items() if k in ns["_passed"]}
+    try:
+        read = _resolve_vllm(out, ns) if framework == "vllm" else _resolve_sglang(out, ns)
+    except LaunchError as exc:  # name the option as the command spells it (-tp, not --tensor-parallel-size)
+        msg = str(exc)
+        for dest, opt, _v in seen:
+            for name in sorted(aliases.get(dest, ()), key=len, reverse=True):
+                if opt and name != opt and msg.startswith(name + " "):
+                    msg = opt + msg[len(name):]
+        raise LaunchError(msg) from None
+    harmless = HARMLESS[framework]
+    listed = set()
+    for dest, opt, values in seen:
+        text = _display(opt, values)
+        if dest is None:
+            out.not_read.append(f"{text} (not an option of {reader.split(chr(39) + 's')[0]})")
+            continue
+        if dest in ("help", "version") or dest in read:
+            continue
+        if text in listed:
+            continue
+        listed.add(text)
+        if dest == "hf_overrides" or dest == "json_model_override_args":
+            keys = _heads_override(_json_obj(opt, values) if isinstance(values, str) else ns.get(dest))
+            if keys:
+                out.not_read.append(text)
+                out.notes.append(f"{opt} overrides {', '.join(keys)}: not applied here; the plan sizes the model's "
+                                 "own config (give --qo-heads/--kv-heads/--head-dim to size the overridden model)")
+                continue
+        (out.ignored if dest in harmless else out.not_read).append(text)
+    ws, src = native_workspace(framework, env, environ)
+    out.workspace_bytes, out.workspace_source = ws, src
+    for k in sorted(env):
+        if k == NATIVE_VAR[framework]:
+            continue
+        if framework == "sglang" and k in READ_ENV:
+            out.env[k] = str(env[k])[:64]
+            continue
+        harmless = k in HARMLESS_ENV or k.startswith(HARMLESS_ENV_PREFIXES)
+        (out.ignored if harmless else out.not_read).append(f"{k}={env[k][:40]}")
+    return out
+
+
+def _resolve_vllm(out: Launch, ns: dict) -> set:
+    read = set()
+
+    def has(dest):
+        v = ns.get(dest)
+        if v is not None:
+            read.add(dest)
+        return v is not None
+
+    model = ns.get("model_tag") or ns.get("model")
+    if model is not None:
+        out.model = _str("--model", model)
+    read.update({"model_tag", "model"})
+    for dest, name, opt in (("tensor_parallel_size", "tp", "--tensor-parallel-size"),
+                            ("data_parallel_size", "dp", "--data-parallel-size"),
+                            ("pipeline_parallel_size", "pp", "--pipeline-parallel-size"),
+                            ("decode_context_parallel_size", "dcp", "--decode-context-parallel-size")):
+        if has(dest):
+            setattr(out, name, _int(opt, ns[dest], BOUNDS["parallel"]))
+    if has("enable_expert_parallel"):
+        out.expert_parallel = _bool("--enable-expert-parallel", ns["enable_expert_parallel"])
+    if has("all2all_backend"):
+        out.all2all_backend = _str("--all2all-backend", ns["all2all_backend"])
+    if has("max_num_seqs"):
+        out.max_num_seqs = _int("--max-num-seqs", ns["max_num_seqs"], BOUNDS["max_num_seqs"])
+    if has("max_num_batched_tokens"):
+        out.max_batched_tokens = _human_int("--max-num-batched-tokens", ns["max_num_batched_tokens"],
+                                            BOUNDS["max_batched_tokens"])
+    if has("max_model_len"):
+        out.max_model_len = _human_int("--max-model-len", ns["max_model_len"], BOUNDS["max_model_len"], auto=True)
+    for dest, name, opt in (("kv_cache_dtype", "kv_cache_dtype", "--kv-cache-dtype"),
+                            ("attention_backend", "attention_backend", "--attention-backend"),
+                            ("quantization", "quantization", "--quantization")):
+        if has(dest):
+            setattr(out, name, _str(opt, ns[dest]))
+    if has("block_size"):
+        out.page_size = _int("--block-size", ns["block_size"], BOUNDS["page_size"])
+    if has("enforce_eager"):
+        out.eager = _bool("--enforce-eager", ns["enforce_eager"])
+    if has("enable_chunked_prefill"):
+        out.chunked_prefill = _bool("--enable-chunked-prefill", ns["enable_chunked_prefill"])
+    if has("attention_config"):
+        ac = _json_obj("--attention-config", ns["attention_config"])
+        be = ac.get("backend")
+        if be is not None and not isinstance(be, str):
+            be = getattr(be, "name", str(be))
+        if be:
+            out.attention_backend = str(be)
+    # speculative decoding (-sc, --speculative-config, dotted -sc.key)
+    if has("speculative_config"):
+        sc = _json_obj("--speculative-config", ns["speculative_config"])
+        n = sc.get("num_speculative_tokens")
+        method = sc.get("method")
+        if n is not None:
+            out.draft_tokens = _int("--speculative-config num_speculative_tokens", n, BOUNDS["draft_tokens"], lo=0)
+        if sc:
+            out.speculative = str(method or "speculative")
+            if n is None and method and str(method).endswith(_MTP_SUFFIX):
+                out.draft_tokens_from_model = True
+    # CUDA graphs: the top-level options and the compilation config (-cc, -O JSON, dotted)
+    cc = {}
+    if has("compilation_config"):
+        cc = _json_obj("--compilation-config", ns["compilation_config"])
+    sizes = None
+    for dest, opt in (("cudagraph_capture_sizes", "--cudagraph-capture-sizes"),
+                      ("cuda_graph_sizes", "--cuda-graph-sizes")):
+        if has(dest):
+            sizes = _sizes(opt, ns[dest])
+    if sizes is None and cc.get("cudagraph_capture_sizes") is not None:
+        sizes = _sizes("--compilation-config cudagraph_capture_sizes", cc["cudagraph_capture_sizes"])
+    out.capture_sizes = sizes
+    m = ns.get("max_cudagraph_capture_size")
+    if m is not None:
+        read.add("max_cudagraph_capture_size")
+    elif cc.get("max_cudagraph_capture_size") is not None:
+        m = cc["max_cudagraph_capture_size"]
+    if m is not None:
+        out.max_capture = _int("--max-cudagraph-capture-size", m, BOUNDS["max_capture"])
+    mode = cc.get("cudagraph_mode")
+    if mode is not None:  # null: vLLM's default mode (CUDA graphs unless -O0)
+        name = getattr(mode, "name", mode)
+        if (isinstance(name, str) and name.strip().upper() == "NONE") or (type(name) is int and name == 0):
+            out.eager = True
+    elif has("optimization_level"):
+        lvl = ns["optimization_level"]
+        lvl = getattr(lvl, "value", lvl)
+        if str(lvl).strip() in ("0", "O0"):
+            # OPTIMIZATION_LEVEL_00 sets cudagraph_mode NONE where the user set no mode
+            # (vllm/config/vllm.py, 0.19.1-0.33)
+            out.eager = True
+    return read
+
+
+def _resolve_sglang(out: Launch, ns: dict) -> set:
+    read = set()
+
+    def has(dest):
+        v = ns.get(dest)
+        if v is not None:
+            read.add(dest)
+        return v is not None
+
+    if has("model_path"):
+        out.model = _str("--model-path", ns["model_path"])
+    # 0.5.5 stores --tp-size as tensor_parallel_size (ServerArgs.from_cli_args copies it to tp_size)
+    for dest, name, opt in (("tp_size", "tp", "--tp-size"), ("tensor_parallel_size", "tp", "--tp-size"),
+                            ("dp_size", "dp", "--dp-size"), ("data_parallel_size", "dp", "--dp-size"),
+                            ("pp_size", "pp", "--pp-size"), ("pipeline_parallel_size", "pp", "--pp-size"),
+                            ("ep_size", "ep", "--ep-size"), ("expert_parallel_size", "ep", "--ep-size"),
+                            ("attn_dp_size", "attn_dp", "--attn-dp-size")):
+        if has(dest):
+            setattr(out, name, _int(opt, ns[dest], BOUNDS["parallel"]))
+    if has("enable_dp_attention"):
+        out.dp_attention = _bool("--enable-dp-attention", ns["enable_dp_attention"])
+    if has("enable_deterministic_inference"):  # fixed-split plans, SGLang's forced 2 GiB (issue 19)
+        out.deterministic = _bool("--enable-deterministic-inference", ns["enable_deterministic_inference"])
+    if has("max_total_tokens"):  # the KV pool: bounds one deterministic decode batch
+        out.kv_pool_tokens = _int("--max-total-tokens", ns["max_total_tokens"], BOUNDS["max_model_len"])
+    if has("max_running_requests"):
+        out.max_num_seqs = _int("--max-running-requests", ns["max_running_requests"], BOUNDS["max_num_seqs"])
+    if has("chunked_prefill_size"):
+        v = _int("--chunked-prefill-size", ns["chunked_prefill_size"], BOUNDS["max_batched_tokens"], lo=-(1 << 24))
+        if v <= 0:
+            out.chunked_prefill = False
+            out.notes.append(f"--chunked-prefill-size {v}: chunked prefill off; prefill batches are whole prompts")
+        else:
+            out.max_batched_tokens = v
+    if has("context_length"):
+        out.max_model_len = _int("--context-length", ns["context_length"], BOUNDS["max_model_len"])
+    for dest, name, opt in (("kv_cache_dtype", "kv_cache_dtype", "--kv-cache-dtype"),
+                            ("attention_backend", "attention_backend", "--attention-backend"),
+                            ("decode_attention_backend", "decode_attention_backend", "--decode-attention-backend"),
+                            ("prefill_attention_backend", "prefill_attention_backend", "--prefill-attention-backend"),
+                            ("quantization", "quantization", "--quantization"),
+                            ("speculative_algorithm", "speculative", "--speculative-algorithm")):
+        if has(dest):
+            setattr(out, name, _str(opt, ns[dest]))
+    if has("speculative_num_draft_tokens"):
+        n = _int("--speculative-num-draft-tokens", ns["speculative_num_draft_tokens"], BOUNDS["draft_tokens"] + 1)
+        out.draft_tokens = n - 1  # SGLang counts the verified token in
+    if has("page_size"):
+        out.page_size = _int("--page-size", ns["page_size"], BOUNDS["page_size"])
+    for dest, opt in (("cuda_graph_max_bs", "--cuda-graph-max-bs"),
+                      ("cuda_graph_max_bs_decode", "--cuda-graph-max-bs-decode")):
+        if has(dest):
+            out.max_capture = _int(opt, ns[dest], BOUNDS["max_capture"])
+    for dest, opt in (("cuda_graph_bs", "--cuda-graph-bs"), ("cuda_graph_bs_decode", "--cuda-graph-bs-decode")):
+        if has(dest):
+            out.capture_sizes = _sizes(opt, ns[dest])
+    for dest, opt in (("disable_cuda_graph", "--disable-cuda-graph"),
+                      ("disable_decode_cuda_graph", "--disable-decode-cuda-graph")):
+        if has(dest) and _bool(opt, ns[dest]):
+            out.eager = True
+    if has("disable_cuda_graph_padding"):
+        out.disable_graph_padding = _bool("--disable-cuda-graph-padding", ns["disable_cuda_graph_padding"])
+    # DP attention: attention TP = tp / attention DP, and the chunk is divided by it
+    # (0.5.5 ServerArgs._handle_data_parallelism; 0.5.23 arg_groups/parallel_hook.py
+    # handle_deprecated_dp_attention: --dp N --enable-dp-attention -> --attn-dp-size N)
+    if out.dp_attention and (out.dp or 1) > 1 and not (out.attn_dp and out.attn_dp > 1):
+        out.attn_dp = out.dp
+    elif not out.dp_attention and (out.attn_dp or 1) <= 1:
+        out.attn_dp = None
+    if out.attn_dp is not None and out.attn_dp <= 1:
+        out.attn_dp = None
+    if out.attn_dp:
+        tp = out.tp or 1
+        if tp % out.attn_dp:
+            raise LaunchError(f"attention DP {out.attn_dp} in the launch command must divide the TP size {tp} "
+                              "(SGLang asserts tp_size % dp_size == 0)")
+    if out.speculative and out.draft_tokens is None:
         out.notes.append(f"--speculative-algorithm {out.speculative} without --speculative-num-draft-tokens: "
                          "SGLang picks the draft tokens; give it in the command to size verify batches")
+    return read
+
+
+# ------------------------------------------------------------------ entry point
+
+def parse_launch(argv: list[str], *, line: str | None = None, environ=None, reader: str = "auto") -> Launch:
+    """Read ``argv`` (the command after ``--``) for the server ``line`` (default: the installed
+    line, else the checked table nearest the seed's line). ``reader``: ``auto`` (the server's own
+    parser when its installed version is ``line``, else built-in), ``server`` or ``builtin``."""
+    framework, form, tokens, env = split_command(list(argv))
+    if environ is None:
+        environ = os.environ
+    from .frameworks import installed_line
+    image = image_line(framework, form)
+    installed = installed_line(framework)
+    target = line or image or installed
+    use_server = reader == "server" or (reader == "auto" and installed is not None and target == installed)
+    if use_server:
+        from .server_parsers import ServerParserUnavailable, server_read
+        try:
+            ns, seen = server_read(framework, form, tokens)
+        except ServerParserUnavailable as exc:
+            if reader == "server":
+                raise LaunchError(f"the server's own parser is unavailable here: {exc}") from None
+            use_server = False
+            fallback = f"{exc}; "
+        else:
+            out = resolve(framework, form, ns, seen, env, environ,
+                          f"{framework_label(framework)} {installed}'s own parser")
+            out.image_line = image
+            return out
+    else:
+        fallback = ""
+    from .frameworks import DEFAULT_LINE
+    table = load_table(framework, target or DEFAULT_LINE[framework])
+    ns, seen = builtin_read(framework, form, tokens, table)
+    out = resolve(framework, form, ns, seen, env, environ,
+                  f"{framework_label(framework)} {table['version']}'s options: built-in reader")
+    if fallback:
+        out.notes.append(f"{fallback}read with the built-in reader")
+    out.image_line = image
+    return out
+
+
+_IMAGE_RE = re.compile(r"(?:docker|podman) run (\S+)")
+_TAG_RE = re.compile(r"v?(\d+\.\d+(?:\.\d+)?(?:\.post\d+)?)(?:$|[-_+])")
+
+
+def image_line(framework: str, form: str) -> str | None:
+    """The server version a `docker run` image of that server is tagged with (vllm/vllm-openai:v0.19.1,
+    lmsysorg/sglang:v0.5.5-cu126), else None (latest, nightly, a digest, another image)."""
+    m = _IMAGE_RE.search(form)
+    if not m:
+        return None
+    repo, _, tag = m.group(1).rstrip(":").partition("@")[0].rpartition(":")
+    if not repo or framework not in repo.rsplit("/", 1)[-1]:
+        return None
+    t = _TAG_RE.match(tag)
+    return t.group(1) if t else None
 
 
 def attention_backend_note(launch: Launch) -> str | None:

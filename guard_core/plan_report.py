@@ -14,10 +14,12 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import replace
 
 from . import flashinfer_model as fm
 from .decisions import decide_moe
-from .dispatch import PlannerFacts, choose_planners, dtype_bytes, dtype_kind, vllm_query_dtypes
+from .dispatch import (PlannerFacts, choose_planners, dtype_bytes, dtype_kind, fa3_head_dim_gate,
+                       vllm_query_dtypes)
 from .frameworks import (NATIVE_VAR, Deployment, derive, framework_label, gpu_memory, is_aarch64_gpu,
                          sglang_tensor_core_decode, short_line, workspace_source, default_workspace,
                          vllm_per_phase_builder)
@@ -26,6 +28,7 @@ from .hf_cache import find_config, looks_like_model_id
 from .launch import LaunchError, attention_backend_note, parse_launch
 from .presets import DEFAULT_MODEL, ModelError, ModelFacts, find_preset, load_model
 from .settings import Settings
+from .groups import server_view
 from .sizing import (INT_WORKSPACE_BYTES, AttentionLayout, Planners, ServingLimits, compute_requirement,
                      largest_fitting_capture, longest_fitting_context, round_up_mib)
 
@@ -52,6 +55,12 @@ def _fmt(n: int) -> str:
     return f"{n} B"
 
 
+def _groups_max_len(facts) -> int | None:
+    """The max length the groups reader found (ChatGLM's seq_length, a nested language_config)."""
+    mg = getattr(facts, "groups", None)
+    return getattr(mg, "max_len", None)
+
+
 def _max_len_of(path: str) -> int | None:
     """max_position_embeddings of a config.json (text_config first), or None."""
     try:
@@ -71,22 +80,22 @@ def _max_len_of(path: str) -> int | None:
     return None
 
 
-def resolve_model(name: str, environ=None) -> tuple[ModelFacts, str, int | None]:
-    """(facts, where they came from, the model's max length or None)."""
+def resolve_model(name: str, environ=None) -> tuple[ModelFacts, str, int | None, str | None]:
+    """(facts, where they came from, the model's max length or None, the config.json path or None)."""
     if os.path.isdir(name) or name.endswith(".json") or os.path.exists(name):
         path = os.path.join(name, "config.json") if os.path.isdir(name) else name
         facts = load_model(name)
-        return facts, f"config.json at {path}", _max_len_of(path)
+        return facts, f"config.json at {path}", _max_len_of(path) or _groups_max_len(facts), path
     looked: list[str] = []
     if looks_like_model_id(name):
         path, looked = find_config(name, environ=environ)
         if path:
             facts = load_model(path)
-            return facts, f"local Hugging Face cache: {path}", _max_len_of(path)
+            return facts, f"local Hugging Face cache: {path}", _max_len_of(path) or _groups_max_len(facts), path
     preset = find_preset(name)
     if preset is not None:
         how = "embedded preset" if preset.name == name else f"embedded preset {preset.name}"
-        return preset, how, None
+        return preset, how, None, None
     where = f"the local Hugging Face cache ({', '.join(looked)}) and " if looked else ""
     raise PlanUsageError(f"unknown model {name!r}: not found in {where}the presets; give a config.json path "
                          f"(or a directory holding one), or a preset: flashinfer-guard presets")
@@ -105,9 +114,16 @@ def build(a, resolve_gpu, environ=None) -> dict:
     launch = None
     if getattr(a, "launch", None) is not None:
         try:
-            launch = parse_launch(a.launch)
+            launch = parse_launch(a.launch, line=getattr(a, "framework_version", None),
+                                  reader=getattr(a, "launch_reader", None) or "auto",
+                                  environ=os.environ if environ is None else environ)
         except LaunchError as exc:
             raise PlanUsageError(str(exc)) from None
+    if launch and launch.image_line and not getattr(a, "framework_version", None):
+        # the image the command runs pins the server: simulate its line, not the one installed here
+        a.framework_version = launch.image_line
+        notes.append(f"simulating {framework_label(launch.framework)} {launch.image_line}: the image tag of the "
+                     "launch command")
     fw = a.framework or (launch.framework if launch else "vllm")
     if launch and a.framework and a.framework != launch.framework:
         raise PlanUsageError(f"--framework {a.framework} contradicts the launch command, which starts "
@@ -116,6 +132,7 @@ def build(a, resolve_gpu, environ=None) -> dict:
     # model
     raw = (a.qo_heads, a.kv_heads, a.head_dim)
     model_max_len = None
+    model_path = None
     if any(v is not None for v in raw):
         if a.model:
             raise PlanUsageError("give either --model or --qo-heads/--kv-heads/--head-dim, not both")
@@ -135,7 +152,7 @@ def build(a, resolve_gpu, environ=None) -> dict:
         else:
             model_source_default = False
         try:
-            facts, model_source, model_max_len = resolve_model(name, environ)
+            facts, model_source, model_max_len, model_path = resolve_model(name, environ)
         except ModelError as exc:
             raise PlanUsageError(str(exc)) from None
         if model_source_default:
@@ -153,7 +170,12 @@ def build(a, resolve_gpu, environ=None) -> dict:
     tokens = _pick(a.max_batched_tokens, L.max_batched_tokens if L else None,
                    "max batched tokens" if fw == "vllm" else "chunked prefill size", notes, "--max-batched-tokens")
     mlen = _pick(a.max_model_len, L.max_model_len if L else None, "max model len", notes, "--max-model-len")
-    k = _pick(a.draft_tokens, L.draft_tokens if L else None, "draft tokens", notes, "--draft-tokens")
+    cmd_k = L.draft_tokens if L else None
+    if L and L.draft_tokens_from_model and cmd_k is None:
+        cmd_k, how = _mtp_depth(name if not any(v is not None for v in raw) else None, environ)
+        notes.append(f"speculative method {L.speculative} without num_speculative_tokens: vLLM runs the draft "
+                     f"model's MTP depth (vllm/config/speculative.py n_predict): {cmd_k} ({how})")
+    k = _pick(a.draft_tokens, cmd_k, "draft tokens", notes, "--draft-tokens")
     sizes = _pick(a.capture_sizes, L.capture_sizes if L else None, "capture sizes", notes, "--capture-sizes")
     max_cap = _pick(a.max_capture_batch, L.max_capture if L else None, "capture ceiling", notes,
                     "--max-capture-batch")
@@ -168,6 +190,7 @@ def build(a, resolve_gpu, environ=None) -> dict:
         max_cap = None
     d = Deployment(framework=fw, line=a.framework_version, gpu_key=gpu_key, cc=gpu.cc, gpu_name=gpu.name,
                    tp=tp, pp=L.pp if L else None, dp=L.dp if L else None, dcp=dcp,
+                   attn_dp=L.attn_dp if L and fw == "sglang" else None,
                    expert_parallel=bool(L and (L.expert_parallel or (L.ep or 1) > 1)),
                    all2all_backend=L.all2all_backend if L else None, max_num_seqs=seqs, max_batched_tokens=tokens,
                    max_model_len=mlen, model_max_len=model_max_len, draft_tokens=k,
@@ -191,7 +214,8 @@ def build(a, resolve_gpu, environ=None) -> dict:
             "simulated": header, "flashinfer": fi, "flashinfer_source": defaults.values["flashinfer"].source,
             "flashinfer_family": fm.family(fi), "moe": moe, "defaults": defaults.as_dict(),
             "launch": launch.as_dict() if launch else None,
-            "ignored_options": list(launch.ignored) if launch else []}
+            "ignored_options": list(launch.ignored) if launch else [],
+            "not_read_options": list(launch.not_read) if launch else []}
     if facts.uses_mla:
         base.update(verdict="not_applicable",
                     reason="MLA model: FlashInfer's MLA planner uses its own buffer, not the one guarded here",
@@ -205,17 +229,46 @@ def build(a, resolve_gpu, environ=None) -> dict:
             notes.append(f"quantization {L.quantization}: weights only here; the KV cache is "
                          f"{kv_dtype if kv_dtype != 'auto' else 'the model dtype (auto) unless the checkpoint sets an FP8 KV cache'}")
         notes += L.notes
-    tp_v = defaults.get("tp") or 1
+    tp_v = defaults.get("attn_tp") or defaults.get("tp") or 1
     dcp_v = defaults.get("dcp") or 1
+    mg = facts.model_groups()
     try:
-        q, kv = facts.per_rank(tp_v)
-    except ModelError as exc:
+        rank_groups = list(server_view([g for g in mg.per_rank(tp_v) if g.kind != "mla"], fw))
+    except ValueError as exc:  # GroupsError: heads not divisible by --tp
         raise PlanUsageError(str(exc)) from None
-    dqk = facts.head_dim
-    dvo = a.v_head_dim or facts.v_head_dim or facts.head_dim
+    reader = {"name": mg.source, "notes": []}
+    srv = _server_reading(a, fw, model_path, tp_v, environ)
+    if srv is not None:
+        reader["server"] = srv.get("label")
+        if srv.get("ok"):
+            srv_groups = list(server_view([g for g in srv["groups"] if g.kind != "mla"], fw))
+            if not srv_groups and srv.get("use_mla"):
+                base.update(verdict="not_applicable", reason=f"MLA model ({srv['label']}): FlashInfer's MLA planner "
+                            "uses its own buffer, not the one guarded here", notes=notes)
+                return base
+            same = sorted(g.key for g in srv_groups) == sorted(g.key for g in rank_groups)
+            if not same:
+                reader["notes"].append(
+                    f"the built-in reader read {_groups_text(rank_groups)}; {srv['label']} reads "
+                    f"{_groups_text(srv_groups)}: sized as {srv['label']} reads it")
+            rank_groups = srv_groups
+            reader["name"] = srv["label"]
+            reader["agrees"] = same
+        else:
+            reader["notes"].append(f"{srv.get('label', fw)} could not read the model ({srv.get('refusal')}); "
+                                   "the built-in reader's groups are used")
+    if not rank_groups:
+        base.update(verdict="not_applicable", reason="no attention layer runs through the guarded planners",
+                    notes=notes)
+        return base
+    if a.v_head_dim:
+        rank_groups = [replace(g, head_dim_vo=a.v_head_dim) for g in rank_groups]
     # planners through the core's one function
+    kv_dtype = _kv_dtype_for_bytes(a, kv_dtype, notes)
     kv_kind = dtype_kind(kv_dtype)
     kv_bytes = a.kv_dtype_bytes or dtype_bytes(kv_kind) or 2
+    top = max(rank_groups, key=lambda g: (g.num_qo_heads * (g.head_dim_vo + 1), g.head_dim_qk))
+    q, kv, dqk = top.num_qo_heads, top.num_kv_heads, top.head_dim_qk
     planner_notes = []
     if fw == "vllm":
         trt = {"on": True, "off": False}.get(getattr(a, "trtllm_attention", None))
@@ -238,19 +291,27 @@ def build(a, resolve_gpu, environ=None) -> dict:
         tcd, tcd_why = True, "deterministic inference forces tensor-core decode"
     q_prefill = q_decode = "derive"
     if fw == "vllm" and vllm_per_phase_builder(line):
-        # vLLM 0.26+ sets the query dtype per phase itself (get_q_data_type)
-        q_prefill, q_decode = vllm_query_dtypes(gpu.cc, kv_kind, getattr(a, "trtllm_attention", None) == "off")
+        # vLLM 0.26+ sets the query dtype per phase itself (get_q_data_type); the rule gives
+        # dtype kinds, the planner choice takes dtype names: an FP8 query is the KV cache's own
+        # dtype (q_data_type = kv_cache_dtype; e4m3 or e5m2 matters to the TRT-LLM prefill rule)
+        qp_kind, qd_kind = vllm_query_dtypes(gpu.cc, kv_kind, getattr(a, "trtllm_attention", None) == "off")
+        q_prefill, q_decode = (kv_dtype if k == "fp8" else _KIND_NAME.get(k, k) for k in (qp_kind, qd_kind))
     choice = choose_planners(PlannerFacts(framework=fw, cc=gpu.cc, kv_dtype=kv_dtype, trtllm_attention=trt,
                                           dcp_size=dcp_v, tensor_core_decode=tcd,
                                           q_prefill=q_prefill, q_decode=q_decode))
-    cands = list(choice.candidates)
+    def group_candidates(lay):
+        # FlashInfer's FA3 head-dim gate per group (dispatch.fa3_head_dim_gate: Gemma 4's 512 full layers
+        # plan FA2 where its 256 sliding layers plan FA3)
+        ch = fa3_head_dim_gate(choice, lay, fi)
+        cs = list(ch.candidates)
+        if a.decode_planner or a.prefill_planner:
+            cs = list(dict.fromkeys(Planners(prefill=a.prefill_planner or c.prefill,
+                                             decode=a.decode_planner or c.decode) for c in cs))
+        return cs, ch
+
     if a.decode_planner or a.prefill_planner:
-        cands = [Planners(prefill=a.prefill_planner or c.prefill, decode=a.decode_planner or c.decode) for c in cands]
-        cands = list(dict.fromkeys(cands))
         planner_notes.append("planner given: " + ", ".join(
             f"{n} {v}" for n, v in (("decode", a.decode_planner), ("prefill", a.prefill_planner)) if v))
-    q_eff = q * choice.decode_qo_heads_factor  # vLLM DCP: decode plans every DCP rank's query heads
-    layout = AttentionLayout(q_eff, kv, dqk, dvo, defaults.get("page_size"), kv_bytes)
     decode_sizes = defaults.decode_graph_sizes
     limits = ServingLimits(capture_sizes=decode_sizes, max_num_seqs=defaults.get("max_num_seqs"),
                            max_num_batched_tokens=defaults.get("max_batched_tokens"),
@@ -258,13 +319,25 @@ def build(a, resolve_gpu, environ=None) -> dict:
     fixed_info = None
     if det:
         limits, fixed_info = _deterministic_limits(a, L, limits, gpu, notes)
-    results = []
-    for p in cands:
-        p2 = Planners(prefill=p.prefill, decode=p.decode, decode_blocks_per_sm=a.decode_blocks_per_sm)
-        results.append((p2, compute_requirement(layout, limits, gpu, fi, p2, caller=fw)))
-    planners, req = max(results, key=lambda r: r[1].float_bytes)
+    # every attention group is sized (vLLM 0.33 shares one buffer across groups; earlier lines give
+    # each group's builder its own buffer of the same default): the need is the largest over groups
+    group_rows, all_results = [], []
+    for g in rank_groups:
+        lay = _group_layout(g, choice.decode_qo_heads_factor, defaults.get("page_size"), kv_bytes)
+        res = []
+        cands, gchoice = group_candidates(lay)
+        for p in cands:
+            p2 = Planners(prefill=p.prefill, decode=p.decode, decode_blocks_per_sm=a.decode_blocks_per_sm)
+            res.append((p2, compute_requirement(lay, limits, gpu, fi, p2, caller=fw)))
+        bp, br = max(res, key=lambda r: r[1].float_bytes)
+        group_rows.append((g, lay, bp, br, res, gchoice))
+        all_results.append((g, lay, bp, br))
+    g_top, layout, planners, req = max(all_results, key=lambda r: r[3].float_bytes)
+    q_eff = layout.num_qo_heads
+    q, kv, dqk, dvo = g_top.num_qo_heads, g_top.num_kv_heads, g_top.head_dim_qk, g_top.head_dim_vo
+    results, top_choice = next((r[4], r[5]) for r in group_rows if r[0] is g_top)
     cand_rows = [{"decode": p.decode, "prefill": p.prefill, "float_bytes": r.float_bytes,
-                  "reason": choice.reasons[i] if i < len(choice.reasons) else ""}
+                  "reason": top_choice.reasons[i] if i < len(top_choice.reasons) else ""}
                  for i, (p, r) in enumerate(results)]
     if choice.missing:
         flag = ("--trtllm-attention on|off" if any("TRT-LLM" in m for m in choice.missing) else
@@ -275,6 +348,9 @@ def build(a, resolve_gpu, environ=None) -> dict:
                                q_heads=q, head_dim=dqk)
     server_src = workspace_source(fw, line, architecture=facts.architecture,
                                   max_num_batched_tokens=limits.max_num_batched_tokens, q_heads=q, head_dim=dqk)
+    if L and L.workspace_bytes and not a.workspace:
+        server, server_src = _native_buffer(fw, line, facts.architecture, L, server, server_src,
+                                            limits.max_num_batched_tokens, q, dqk)
     if det:
         from .fixed_split import SGLANG_FORCED_BYTES
 
@@ -336,6 +412,12 @@ def build(a, resolve_gpu, environ=None) -> dict:
                    "max_model_len": limits.max_model_len},
         "planners": {"decode": planners.decode, "prefill": planners.prefill, "tensor_core_decode": tcd,
                      "tensor_core_decode_reason": tcd_why, "trtllm_attention": trt_src},
+        "groups": [dict(g.as_dict(), label=_kind_label(g, mg), need_bytes=br.float_bytes,
+                        scenario=br.dominant.name if br.dominant else None,
+                        batch=br.dominant.batch if br.dominant else None,
+                        decode=bp.decode, prefill=bp.prefill, dominant=g is g_top)
+                   for g, _lay, bp, br, _res, _ch in group_rows],
+        "model_reader": reader,
         "planner_candidates": cand_rows, "planner_missing": list(choice.missing), "planner_notes": planner_notes,
         "scenarios": scen,
         "need": {"float_bytes": req.float_bytes, "int_bytes": req.int_bytes,
@@ -347,7 +429,7 @@ def build(a, resolve_gpu, environ=None) -> dict:
         "workspace_bytes": buffer,
         "verdict": verdict, "overflow": overflow, "overflow_reason": overflow_reason,
         "remedies": remedies,
-        "notes": notes + list(req.notes),
+        "notes": notes + reader["notes"] + list(req.notes),
     })
     return base
 
@@ -381,6 +463,114 @@ def _deterministic_limits(a, L, limits, gpu, notes):
             "split_source": ", ".join(f"{k}={v}" for k, v in env.items()) or "SGLang's defaults",
             "kv_pool_tokens": pool}
     return limits, info
+
+
+_KIND_NAME = {"16bit": "bfloat16", "fp8": "fp8_e4m3", "fp4": "nvfp4", "32bit": "float32"}
+
+
+def _kv_dtype_for_bytes(a, kv_dtype: str, notes: list) -> str:
+    """``--kv-dtype-bytes 1`` without a KV-cache dtype is an FP8 cache: the planner
+    choice must see the same dtype ``--kv-cache-dtype fp8`` gives (FA2 vs FA3 on SM90)."""
+    b = getattr(a, "kv_dtype_bytes", None)
+    if b is None or kv_dtype not in (None, "auto"):
+        return kv_dtype
+    if b == 1:
+        notes.append("--kv-dtype-bytes 1: an FP8 KV cache (as --kv-cache-dtype fp8)")
+        return "fp8"
+    return kv_dtype
+
+
+def _group_layout(g, decode_factor: int, page_size: int, kv_bytes: int) -> AttentionLayout:
+    """The per-rank layout FlashInfer plans for one group. Sliding layers plan with
+    ``window_left = window - 1`` (vLLM's builder window_left; the prefill plans
+    clip by it). Chunked local attention (Llama 4) is sized as full attention:
+    its virtual batches never need more than a full-attention batch of the same tokens."""
+    window_left = (g.window - 1) if (g.kind == "sliding" and g.window) else -1
+    return AttentionLayout(g.num_qo_heads * decode_factor, g.num_kv_heads, g.head_dim_qk, g.head_dim_vo,
+                           page_size, kv_bytes, window_left)
+
+
+def _groups_text(groups) -> str:
+    return "; ".join(f"{g.count} x {g.kind} {g.num_qo_heads}/{g.num_kv_heads}/{g.head_dim_qk}"
+                     + (f"/{g.head_dim_vo}" if g.head_dim_vo != g.head_dim_qk else "") for g in groups)
+
+
+def _kind_label(g, mg) -> str:
+    if g.kind == "sliding":
+        base = f"sliding window {g.window}" if g.window else "sliding window"
+    elif g.kind == "chunked":
+        base = f"chunked local attention {g.window} (sized as full)"
+    else:
+        base = "full attention"
+    if mg is not None and mg.other_layers:
+        total = mg.num_layers or sum(n for _, n in mg.other_layers) + mg.attention_layers
+        base += f" (hybrid share: {g.count} of {total} layers)"
+    if g.sinks:
+        base += ", attention sinks"
+    return base
+
+
+def _server_reading(a, fw: str, model_path, tp: int, environ=None):
+    """The model's groups as the simulated server reads them, where it is installed
+    here (``--model-reader``: auto | builtin | server). Runs the adapter's reader in a
+    subprocess of this interpreter (offline, no tokenizer); None when not asked or
+    not installed."""
+    mode = getattr(a, "model_reader", None) or "auto"
+    if mode == "builtin" or not model_path:
+        return None
+    import importlib.util
+
+    if importlib.util.find_spec(fw) is None:
+        if mode == "server":
+            raise PlanUsageError(f"--model-reader server: {fw} is not installed in this environment")
+        return None
+    from .groups import read_with_server
+
+    return read_with_server(fw, model_path, tp, environ=environ)
+
+
+def _native_buffer(fw, line, architecture, L, server, server_src, tokens, q, dqk):
+    """The buffer the server allocates with its own workspace variable set (issue #22)."""
+    from .frameworks import SGLANG_LARGE, sglang_default_workspace, vllm_per_phase_builder
+    user = L.workspace_bytes
+    if fw == "vllm":
+        if vllm_per_phase_builder(line):
+            # vLLM 0.26+: max(VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE, tokens x heads x dim x 16)
+            # (vllm/v1/attention/backends/flashinfer.py _get_workspace_buffer)
+            est = tokens * q * dqk * 16
+            if est > user:
+                return est, f"{L.workspace_source}, below vLLM's tokens x heads x dim x 16 = {est:,}, which wins"
+        return user, L.workspace_source
+    if sglang_default_workspace(line, architecture) == SGLANG_LARGE:
+        # SGLang sets the variable to 512 MiB for its fixed architecture list, over the user's value
+        # (layers/attention/flashinfer_backend.py: envs.SGLANG_FLASHINFER_WORKSPACE_SIZE.set(512 MiB))
+        return server, f"{server_src}; {L.workspace_source} is overridden by SGLang for {architecture}"
+    return user, L.workspace_source
+
+
+def _mtp_depth(name, environ) -> tuple[int, str]:
+    """The MTP depth of a model (num_nextn_predict_layers / mtp_num_hidden_layers), else 1."""
+    path = None
+    if name:
+        if os.path.isdir(name):
+            path = os.path.join(name, "config.json")
+        elif name.endswith(".json") and os.path.exists(name):
+            path = name
+        elif looks_like_model_id(name):
+            path, _ = find_config(name, environ=environ)
+    try:
+        if path and os.path.getsize(path) <= (4 << 20):
+            with open(path, encoding="utf-8") as fh:
+                cfg = json.load(fh)
+            for scope in (cfg.get("text_config"), cfg):
+                if isinstance(scope, dict):
+                    for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers", "n_predict"):
+                        v = scope.get(key)
+                        if type(v) is int and 0 < v <= 16:
+                            return v, f"{key} in {path}"
+    except (OSError, ValueError, AttributeError):
+        pass
+    return 1, "the model's config is not readable here; assumed 1, the depth of every published MTP checkpoint"
 
 
 def _moe(a, gpu_key, fi) -> dict:
@@ -436,6 +626,8 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
         w(f"command    {la['form']} ({framework_label(la['framework'])})\n")
     if r["verdict"] == "not_applicable":
         w(f"model      {r['model']['name']} ({r['model_source']})\n{r['model']['name']}: {r['reason']}\n")
+        for line in (r["model"].get("groups") or {}).get("lines", []):
+            w(f"  group    {line}\n")
         _moe_line(r, w)
         for note in r.get("notes", []):
             w(f"note       {note}\n")
@@ -444,6 +636,17 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
     hd = f"head_dim {l['head_dim_qk']}" + (f"/{l['head_dim_vo']}" if l["head_dim_vo"] != l["head_dim_qk"] else "")
     w(f"model      {m['name']} ({r['model_source']}): {l['num_qo_heads']} q / {l['num_kv_heads']} kv heads per rank "
       f"(tp {l['tp']}{', dcp ' + str(l['dcp']) if l['dcp'] > 1 else ''}), {hd}, KV cache {l['kv_cache_dtype']}\n")
+    rd = r.get("model_reader") or {}
+    w(f"groups     read by {rd.get('name', 'the built-in reader')}"
+      + (f" (the built-in reader {'agrees' if rd.get('agrees') else 'disagrees'})" if "agrees" in rd else "")
+      + "; per rank, each sized:\n")
+    for gr in r.get("groups", []):
+        ghd = f"head_dim {gr['head_dim_qk']}" + (f"/{gr['head_dim_vo']}" if gr["head_dim_vo"] != gr["head_dim_qk"] else "")
+        w(f"  {gr['count']:>4} layers {gr['label']}: {gr['num_qo_heads']} q / {gr['num_kv_heads']} kv heads, {ghd}; "
+          f"need {_fmt(gr['need_bytes'])} at {gr['scenario']} {gr['batch']} (decode {gr['decode']}, prefill "
+          f"{gr['prefill']}){'  <- largest' if gr['dominant'] and len(r['groups']) > 1 else ''}\n")
+    for kind, n in (r["model"].get("groups") or {}).get("other", []):
+        w(f"  {n:>4} layers {kind}: outside FlashInfer's attention planners\n")
     w("settings   (each with where it comes from)\n")
     vals = r["defaults"]["values"]
     order = [("tp", "tensor parallel"), ("dp", "data parallel"), ("pp", "pipeline parallel"), ("dcp", "decode context parallel"),
@@ -497,6 +700,9 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
     srv = r["server_default_bytes"]
     w(f"{r['framework']} allocates {srv:,} bytes ({_fmt(srv)}): {r['server_default_source']}"
       + (f"; checking against --workspace {r['workspace_bytes']:,}" if r["workspace_bytes"] != srv else "") + "\n")
+    if r.get("not_read_options"):
+        w(f"assumes    the server's default for {len(r['not_read_options'])} option(s) of the command not read "
+          "(listed under 'not read' below)\n")
     if r["verdict"] == "ok":
         w(f"verdict    OK: the need fits with {_fmt(r['workspace_bytes'] - n['float_bytes'])} to spare\n")
     else:
@@ -550,8 +756,12 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
             w(f"  {fx['line']}\n")
     for note in r["notes"]:
         w(f"note       {note}\n")
+    if r.get("launch"):
+        w(f"read by    {r['launch']['reader']}\n")
     if r.get("ignored_options"):
-        w(f"ignored    (do not change the workspace): {' '.join(r['ignored_options'])}\n")
+        w(f"ignored    (does not change the workspace): {' '.join(r['ignored_options'])}\n")
+    if r.get("not_read_options"):
+        w(f"not read   (the server's default assumed for each): {' '.join(r['not_read_options'])}\n")
 
 
 def _moe_line(r, w):

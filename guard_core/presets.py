@@ -31,6 +31,8 @@ class ModelFacts:
     attention_layers: int = 0  # layers that go through FlashInfer's attention planners
     kind: str = "gqa"  # gqa | hybrid | mla
     note: str = ""
+    # every attention layer group (guard_core.groups.ModelGroups); None: one group of the fields above
+    groups: object = None
 
     @property
     def uses_mla(self) -> bool:
@@ -51,6 +53,16 @@ class ModelFacts:
             raise ModelError(f"{self.name}: tensor parallel size {tp} is not a multiple of {kv} KV heads")
         return q // tp, 1
 
+    def model_groups(self):
+        """The attention layer groups (guard_core.groups.ModelGroups)."""
+        from .groups import single
+
+        if self.groups is not None:
+            return self.groups
+        return single(self.name, self.architecture, self.num_attention_heads, self.num_key_value_heads,
+                      self.head_dim, self.v_head_dim or self.head_dim, self.num_layers,
+                      self.attention_layers or None, "mla" if self.kind == "mla" else "full", source="preset")
+
     def as_dict(self) -> dict:
         return {
             "name": self.name, "hf_id": self.hf_id, "architecture": self.architecture,
@@ -58,7 +70,15 @@ class ModelFacts:
             "head_dim": self.head_dim, "v_head_dim": self.v_head_dim or self.head_dim,
             "num_layers": self.num_layers, "attention_layers": self.attention_layers, "kind": self.kind,
             "note": self.note,
+            "groups": self._groups_dict(),
         }
+
+    def _groups_dict(self) -> dict:
+        mg = self.model_groups()
+        d = mg.as_dict()
+        d["lines"] = mg.describe()
+        d["other"] = [list(o) for o in mg.other_layers]
+        return d
 
 
 _P = ModelFacts
@@ -208,7 +228,7 @@ def facts_from_config(cfg: dict, name: str = "config.json") -> ModelFacts:
     if (not isinstance(archs, list) or not all(isinstance(a, str) and 0 < len(a) <= 200 for a in archs)):
         raise ModelError(f"{shown}: architectures must be a list of names, got {_show_json(archs)}")
     text = cfg
-    for sub in ("text_config", "llm_config"):
+    for sub in ("text_config", "llm_config", "language_config"):
         v = cfg.get(sub)
         if v is None:
             continue
@@ -216,9 +236,16 @@ def facts_from_config(cfg: dict, name: str = "config.json") -> ModelFacts:
             raise ModelError(f"{shown}: {sub} must be an object, got {_show_json(v)}")
         if v and text is cfg:
             text = v
+    from .groups import _TEXT_DEFAULTS
+
+    # a nested text config that leaves fields out gets its model type's defaults
+    # (llava-1.5: transformers builds a LlamaConfig from it; see guard_core.groups)
+    defaults = _TEXT_DEFAULTS.get(text.get("model_type")) if text is not cfg else None
 
     def raw(key):
         v = text.get(key)
+        if v is None and defaults:
+            v = defaults.get(key)
         return cfg.get(key) if v is None else v
 
     def get(key, default=None):
@@ -231,10 +258,12 @@ def facts_from_config(cfg: dict, name: str = "config.json") -> ModelFacts:
     heads = get("num_attention_heads")
     kv = get("num_key_value_heads", heads)
     layers = get("num_hidden_layers", 0)
-    if get("kv_lora_rank") is not None:
+    # MiniCPM3 has kv_lora_rank but vLLM and SGLang run it with ordinary attention (guard_core.groups)
+    if get("kv_lora_rank") is not None and raw("model_type") != "minicpm3":
         qk = get("qk_nope_head_dim", 128) + get("qk_rope_head_dim", 64)
-        return ModelFacts(name, name, archs[0], heads, heads, qk, get("v_head_dim", 128), layers, layers, "mla",
-                          "MLA: FlashInfer's MLA planner and its own buffer")
+        return _with_groups(cfg, name, ModelFacts(
+            name, name, archs[0], heads, heads, qk, get("v_head_dim", 128), layers, layers, "mla",
+            "MLA: FlashInfer's MLA planner and its own buffer"))
     head_dim = get("head_dim")
     if head_dim is None:
         hidden = get("hidden_size")
@@ -260,7 +289,32 @@ def facts_from_config(cfg: dict, name: str = "config.json") -> ModelFacts:
         kind, attn_layers = "hybrid", layers // interval
     if heads % kv:
         raise ModelError(f"{shown}: {heads} query heads are not a multiple of {kv} KV heads")
-    return ModelFacts(name, name, archs[0], heads, kv, head_dim, None, layers, attn_layers, kind)
+    return _with_groups(cfg, name, ModelFacts(name, name, archs[0], heads, kv, head_dim, None, layers, attn_layers,
+                                              kind))
+
+
+def _with_groups(cfg: dict, name: str, facts: ModelFacts) -> ModelFacts:
+    """The facts with every attention layer group (guard_core.groups.read_config),
+    the headline numbers taken from the group with the largest need per token."""
+    from dataclasses import replace as _replace
+
+    from .groups import GroupsError, read_config as read_groups
+
+    try:
+        mg = read_groups(cfg, name)
+    except GroupsError as exc:
+        raise ModelError(str(exc)) from None
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+        raise ModelError(f"{show_path(name)}: cannot read the attention layers ({type(exc).__name__})") from None
+    planned = mg.planned()
+    if not planned:  # MLA: the facts above already say so
+        return _replace(facts, groups=mg, kind="mla" if mg.uses_mla else facts.kind)
+    top = max(planned, key=lambda g: (g.num_qo_heads * (g.head_dim_vo + 1), g.head_dim_qk))
+    kind = "hybrid" if mg.other_layers else "gqa"
+    return _replace(facts, num_attention_heads=top.num_qo_heads, num_key_value_heads=top.num_kv_heads,
+                    head_dim=top.head_dim_qk, v_head_dim=top.head_dim_vo if top.head_dim_vo != top.head_dim_qk else None,
+                    num_layers=mg.num_layers or facts.num_layers, attention_layers=mg.attention_layers, kind=kind,
+                    groups=mg)
 
 
 def _os_reason(exc: BaseException) -> str:

@@ -286,10 +286,19 @@ def unchecked_reason(framework: str, framework_version: str | None, flashinfer_v
     if flashinfer_extrapolation(flashinfer_version):
         return (f"FlashInfer {flashinfer_version} is outside the releases the planner model was checked against "
                 f"({FLASHINFER_CHECKED[0]}-{FLASHINFER_CHECKED[-1]})")
+    # exact shrinks only where both were checked, not between checked points (issue #22):
+    # the FlashInfer release itself compiled by the conformance suite or the matrix, the line itself tested
+    checked_fi = FLASHINFER_CHECKED + FLASHINFER_MATRIX_CHECKED
+    if _key(flashinfer_version) not in {_key(v) for v in checked_fi}:
+        return (f"FlashInfer {flashinfer_version} is not one of the releases whose planner was checked "
+                f"({', '.join(checked_fi)})")
     status = line_status(fw, framework_version)
-    if status in ("checked", "within"):
+    if status == "checked":
         return None
     if status == "unknown":
         return f"{DISPLAY[fw]} version unknown"
+    if status == "within":
+        return (f"{DISPLAY[fw]} {framework_version} lies between the checked lines "
+                f"({', '.join(CHECKED_LINES[fw])}), not on one")
     return (f"{DISPLAY[fw]} {framework_version} is outside the checked lines "
             f"({CHECKED_LINES[fw][0]}-{CHECKED_LINES[fw][-1]})")

@@ -83,6 +83,10 @@ def unpatch(module) -> bool:
     return unwrap_attr(module.FlashInferAttnBackend, "__init__")
 
 
+def _out_of_memory(exc: BaseException) -> bool:
+    return any(k.__name__ == "OutOfMemoryError" for k in type(exc).__mro__) or "out of memory" in str(exc).lower()
+
+
 def _applies(backend) -> bool:
     return not any(k.__name__ in _SKIP_CLASSES for k in type(backend).__mro__)
 
@@ -100,6 +104,18 @@ def _make_init(module, orig):
             return orig(self, model_runner, *args, **kwargs)
         entered = guarded(log(), "workspace.apply", "workspace sizing", sizing.enter, default=False)
         try:
+            return orig(self, model_runner, *args, **kwargs)
+        except Exception as exc:
+            if not (entered and _out_of_memory(exc) and sizing.raised()):
+                raise
+            # the device cannot hold the decided size (e.g. FLASHINFER_GUARD_WORKSPACE=200GiB):
+            # SGLang's own size, as without the guard, and one warning
+            guarded(log(), "workspace.restore", "workspace sizing", sizing.exit)
+            entered = False
+            log().warning_once("workspace.oom", f"workspace: the device cannot hold "
+                               f"{sizing.decision.allocate_bytes / (1 << 20):.0f} MiB ({type(exc).__name__}); "
+                               "left to SGLang's own size")
+            sizing.decision = None
             return orig(self, model_runner, *args, **kwargs)
         finally:
             if entered:
@@ -552,6 +568,11 @@ class _Sizing:
 
         field.get = get
         return True
+
+    def raised(self) -> bool:
+        """Whether the size the guard answered is above SGLang's own."""
+        dec = self.decision
+        return dec is not None and dec.action in ("raise", "size") and int(dec.allocate_bytes) > 0
 
     def exit(self) -> None:
         field = self.field

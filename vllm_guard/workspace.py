@@ -72,8 +72,20 @@ def _patch_backend(module) -> None:
             plan = guarded(get_log(), "workspace", "workspace sizing", _plan_allocation, self, module, default=None)
             if plan is None:
                 return orig(self, *args, **kwargs)
-            with _raised_size_source(module, plan):
-                buf = orig(self, *args, **kwargs)
+            try:
+                with _raised_size_source(module, plan):
+                    buf = orig(self, *args, **kwargs)
+            except Exception as exc:
+                if plan.target is None or not is_out_of_memory(exc):
+                    raise
+                # the device cannot hold the decided size (e.g. FLASHINFER_GUARD_WORKSPACE=200GiB):
+                # vLLM's own size, as without the guard, and one warning
+                get_log().warning_once(
+                    "workspace-oom",
+                    f"workspace: the device cannot hold {plan.target / (1 << 20):.0f} MiB "
+                    f"({type(exc).__name__}); left to vLLM's own size ({(plan.server or 0) / (1 << 20):.0f} MiB)")
+                self._workspace_buffer = None
+                return orig(self, *args, **kwargs)
             guarded(get_log(), "workspace", "workspace sizing", _settle, self, module, plan, buf)
             return getattr(self, "_workspace_buffer", None) if getattr(self, "_workspace_buffer", None) is not None else buf
 
@@ -352,6 +364,12 @@ def decide(builder, module):
 
 # --- applying -------------------------------------------------------------
 
+def is_out_of_memory(exc: BaseException) -> bool:
+    """torch.OutOfMemoryError (torch.cuda.OutOfMemoryError) or an allocator's
+    "out of memory" RuntimeError, without importing torch."""
+    return any(k.__name__ == "OutOfMemoryError" for k in type(exc).__mro__) or "out of memory" in str(exc).lower()
+
+
 class _Plan:
     __slots__ = ("decision", "server", "target")
 
@@ -372,6 +390,7 @@ def _plan_allocation(builder, module):
     if dec.action == "exact" and dec.allocate_bytes < (server or 0):
         import torch
 
+        # below vLLM's own size: never more than the device would have given vLLM
         builder._workspace_buffer = torch.zeros(dec.allocate_bytes, dtype=torch.uint8, device=builder.device)
         get_log().decision(dec, key="workspace:" + dec.line)
         return None

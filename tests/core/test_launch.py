@@ -27,13 +27,13 @@ def test_sglang_seed_command_with_env_prefix():
     l = parse_launch("CUDA_VISIBLE_DEVICES=7 python -m sglang.launch_server --model Qwen/Qwen3-VL-32B-Instruct-FP8 "
                      "--tp 1 --quantization fp8 --trust-remote-code".split())
     assert (l.framework, l.model, l.tp, l.quantization) == ("sglang", "Qwen/Qwen3-VL-32B-Instruct-FP8", 1, "fp8")
-    assert l.ignored == ["--trust-remote-code"] and any("CUDA_VISIBLE_DEVICES" in n for n in l.notes)
+    assert l.ignored == ["--trust-remote-code", "CUDA_VISIBLE_DEVICES=7"] and l.not_read == []
 
 
 def test_vllm_serve_positional_aliases_and_equals():
     l = parse_launch(["vllm", "serve", "meta-llama/Llama-3.1-70B-Instruct", "-tp", "4", "-pp=2", "-dcp", "2",
                       "--max-num-batched-tokens=16384", "--max-model-len", "32k", "--block-size", "32",
-                      "--enforce-eager", "--cudagraph-capture-sizes", "1,2,4", "--max-cudagraph-capture-size", "4"])
+                      "--enforce-eager", "--cudagraph-capture-sizes", "1", "2", "4", "--max-cudagraph-capture-size", "4"])
     assert (l.model, l.tp, l.pp, l.dcp, l.max_batched_tokens, l.max_model_len, l.page_size) == (
         "meta-llama/Llama-3.1-70B-Instruct", 4, 2, 2, 16384, 32000, 32)
     assert l.eager and l.capture_sizes == (1, 2, 4) and l.max_capture == 4
@@ -43,7 +43,7 @@ def test_vllm_serve_positional_aliases_and_equals():
 def test_vllm_json_options():
     l = parse_launch(["vllm", "serve", "m", "--speculative-config",
                       '{"method": "eagle3", "model": "x", "num_speculative_tokens": 3}',
-                      "-O", '{"cudagraph_capture_sizes": [1, 8, 64], "max_cudagraph_capture_size": 64}'])
+                      "-cc", '{"cudagraph_capture_sizes": [1, 8, 64], "max_cudagraph_capture_size": 64}'])
     assert l.draft_tokens == 3 and l.speculative == "eagle3" and l.capture_sizes == (1, 8, 64) and l.max_capture == 64
     assert parse_launch(["vllm", "serve", "m", "--compilation-config", '{"cudagraph_mode": "NONE"}']).eager
 
@@ -70,7 +70,7 @@ def test_sglang_options():
     (["vllm", "serve", "m", "-tp", "0"], "-tp"),
     (["vllm", "serve", "m", "--max-model-len", "long"], "--max-model-len"),
     (["vllm", "serve", "m", "--speculative-config", "{bad"], "--speculative-config"),
-    (["vllm", "serve", "m", "--max-num-seqs"], "needs a value"),
+    (["vllm", "serve", "m", "--max-num-seqs"], "--max-num-seqs: expected one argument"),
     (["python", "-m", "sglang.launch_server", "--tp", "x"], "--tp"),
     (["python", "-m", "sglang.launch_server", "--cuda-graph-bs", "1", "two"], "--cuda-graph-bs"),
     (["torchrun", "serve.py"], "not recognised"),

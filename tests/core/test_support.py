@@ -192,7 +192,7 @@ def test_doctor_prints_the_declared_ranges(monkeypatch):
 
 @pytest.mark.parametrize("fw, v, fi, ok", [
     ("vllm", "0.23.0", "0.6.12", True), ("vLLM", "0.19.1rc1.dev231+g9dd5ee011", "0.6.6", True),
-    ("SGLang", "0.5.21", "0.6.18", True), ("vllm", "0.34.0", "0.7.4", False), ("sglang", "0.5.4", "0.5.0", False),
+    ("SGLang", "0.5.21", "0.6.18", False), ("SGLang", "0.5.20", "0.6.18", True), ("vllm", "0.34.0", "0.7.4", False), ("sglang", "0.5.4", "0.5.0", False),
     ("vllm", "0.33.0", "0.8.0", False), ("vllm", None, "0.7.2.post1", False), ("vllm", "0.33.0", None, False),
     ("other", "1.0", "0.7.4", False),
 ])

@@ -133,6 +133,20 @@ def build_backend(model, opts):
     _cpu.set_attention_tp_size(1)
     kv = {"fp8": torch.float8_e4m3fn}.get(opts.get("kv_dtype"), torch.bfloat16)
     runner = _cpu.model_runner(sa, mc, kv_cache_dtype=kv)
+    if opts.get("device_memory"):
+        # A CPU machine has no device memory to run out of: allocations above the given size
+        # raise what torch's CUDA allocator raises (torch.OutOfMemoryError)
+        cap = int(opts["device_memory"])
+
+        def capped(real):
+            def alloc(*a, **k):
+                size = a[0] if a and isinstance(a[0], int) else (a[0][0] if a and isinstance(a[0], (tuple, list)) else 0)
+                if int(size) > cap:
+                    raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {int(size) >> 20} MiB")
+                return real(*a, **k)
+            return alloc
+
+        torch.zeros, torch.empty = capped(torch.zeros), capped(torch.empty)
     backends = []
     for _ in range(opts.get("backends", 1)):
         backends.append(fb.FlashInferAttnBackend(runner))

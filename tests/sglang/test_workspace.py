@@ -90,3 +90,13 @@ def test_fp8_kv_cache_uses_tensor_core_decode(scenario):
     r = scenario("qwen35", kv_dtype="fp8").result
     assert r["decode_use_tensor_cores"]
     assert r["workspace_bytes"] >= 384 * MIB
+
+
+def test_size_the_device_cannot_hold_falls_back_to_sglangs_own(scenario):
+    """FLASHINFER_GUARD_WORKSPACE=200GiB on a device with 8 GiB free (issue 22 item 13): the
+    backend is built with SGLang's own size, as without the guard, and one warning says why."""
+    run = scenario("qwen35", env={"FLASHINFER_GUARD_WORKSPACE": "200GiB"}, device_memory=8 << 30)
+    own = scenario("qwen35", env={"FLASHINFER_GUARD": "0"}).result["workspace_bytes"]
+    assert run.result["workspace_bytes"] == own
+    warn = [ln for ln in run.guard_lines if "cannot hold" in ln]
+    assert len(warn) == 1 and "204800 MiB" in warn[0], run.guard_lines

@@ -51,6 +51,9 @@ SCENARIOS: dict[str, tuple[list[str], dict[str, str]]] = {
     "ws_user_small": (["workspace", "--fake-gpu"], {"VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE": str(400 * MIB)}),
     "ws_user_big": (["workspace", "--fake-gpu"], {"VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE": str(1536 * MIB)}),
     "ws_size": (["workspace", "--fake-gpu"], {"FLASHINFER_GUARD_WORKSPACE": "1600MiB"}),
+    # a size the device cannot hold (8 GiB free): vLLM's own size, one warning (issue 22 item 13)
+    "ws_too_big": (["workspace", "--fake-gpu", "--device-memory", str(8 << 30)],
+                   {"FLASHINFER_GUARD_WORKSPACE": "200GiB"}),
     "ws_off": (["workspace", "--fake-gpu"], {"FLASHINFER_GUARD_WORKSPACE": "off"}),
     "ws_bad_value": (["workspace", "--fake-gpu"], {"FLASHINFER_GUARD_WORKSPACE": "plenty"}),
     "ws_no_gpu": (["workspace"], AUTO),

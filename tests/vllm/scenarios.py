@@ -398,6 +398,20 @@ def sc_workspace(args) -> None:
 
         vllm_guard.workspace.facts = boom
     allow_static_graphs()
+    if args.device_memory:
+        # A CPU machine has no device memory to run out of: allocations above the given size
+        # raise what torch's CUDA allocator raises (torch.OutOfMemoryError)
+        import torch
+
+        def capped(real):
+            def alloc(*a, **k):
+                size = a[0] if a and isinstance(a[0], int) else (a[0][0] if a and isinstance(a[0], (tuple, list)) else 0)
+                if int(size) > args.device_memory:
+                    raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {int(size) >> 20} MiB")
+                return real(*a, **k)
+            return alloc
+
+        torch.zeros, torch.empty = capped(torch.zeros), capped(torch.empty)
     if args.capture:
         builder, vc = build_builder(max_num_seqs=args.capture, capture=args.capture, shape=args.shape)
     else:
@@ -505,6 +519,8 @@ def main(argv=None) -> None:
     p.add_argument("--fake-gpu", action="store_true")
     p.add_argument("--twice", action="store_true")
     p.add_argument("--break-hook", action="store_true")
+    p.add_argument("--device-memory", type=int, default=0,
+                   help="the device's free memory in bytes: larger allocations raise torch.OutOfMemoryError")
     p.add_argument("--rename-target", action="store_true")
     p.add_argument("--capture", type=int)
     p.add_argument("--shape", choices=sorted(SHAPES), default="qwen35")

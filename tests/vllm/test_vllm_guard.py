@@ -378,3 +378,13 @@ def test_env_validation_accepts_our_variables(pool):
     # the check is live: a VLLM_-prefixed name would have been refused
     control = pool.get("environ_control").ok()
     assert control["ok"] is False and "VLLM_FLASHINFER_GUARD_WORKSPACE" in control["error"]
+
+
+@uses("ws_too_big", "versions")
+def test_workspace_size_the_device_cannot_hold_falls_back(pool, versions):
+    """FLASHINFER_GUARD_WORKSPACE=200GiB on a device with 8 GiB free: the server starts with
+    its own size (as without the guard) and one warning says why."""
+    run = pool.get("ws_too_big")
+    assert run.ok()["allocated"] == vllm_would_allocate(versions["vllm"])
+    warn = run.lines("WARNING")
+    assert len(warn) == 1 and "cannot hold 204800 MiB" in warn[0], warn

@@ -1,0 +1,490 @@
+"""A model's attention as layer groups: the unit the workspace is sized by.
+
+A model is a list of groups, each ``(q heads, kv heads, head dim qk/vo,
+kind, window, sinks, count)`` for the whole model; ``per_rank(tp)`` splits the
+heads the way the servers do. Every group that runs through FlashInfer's
+planners is sized and the need is the largest over groups and phases (vLLM
+0.33 shares one buffer across its attention groups, ``v1/worker/gpu/attn_utils.py``;
+earlier lines give each group's builder its own buffer of the same default size,
+so the largest need is what must fit either way).
+
+Kinds: ``full`` (causal attention over the whole context), ``sliding``
+(a window of ``window`` tokens), ``chunked`` (Llama 4's chunked local attention,
+``window`` = chunk size), ``mla`` (FlashInfer's MLA planner and its own buffer:
+not sized here). Layers that run no attention through FlashInfer (Mamba, linear
+attention, Nemotron-NAS no-op blocks) are counted in ``other_layers``.
+
+``read_config`` is the built-in reader of a published ``config.json``: it mirrors
+what the servers read (each rule cites the server or transformers code it
+follows) and is checked against vLLM's and SGLang's own readings over a corpus of
+real configs (``tests/data/model_configs``, ``tests/vllm/test_model_groups.py``,
+``tests/sglang/test_model_groups.py``). Where a server is installed, its own
+reading is preferred (``server_groups``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+KINDS = ("full", "sliding", "chunked", "mla")
+
+
+class GroupsError(ValueError):
+    """A config this reader cannot turn into attention groups (one line)."""
+
+
+@dataclass(frozen=True)
+class AttentionGroup:
+    """Layers of one attention shape and kind, for the whole model (before TP)."""
+
+    kind: str
+    num_qo_heads: int
+    num_kv_heads: int
+    head_dim_qk: int
+    head_dim_vo: int
+    count: int
+    window: int | None = None  # sliding window / chunk size in tokens
+    sinks: bool = False
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown attention kind {self.kind!r}")
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return (self.num_qo_heads, self.num_kv_heads, self.head_dim_qk, self.head_dim_vo)
+
+    def label(self) -> str:
+        if self.kind == "sliding":
+            return f"sliding window {self.window}" if self.window else "sliding window"
+        if self.kind == "chunked":
+            return f"chunked local attention {self.window}" if self.window else "chunked local attention"
+        if self.kind == "mla":
+            return "MLA (not applicable: FlashInfer's MLA planner, its own buffer)"
+        return "full attention"
+
+
+@dataclass(frozen=True)
+class RankGroup:
+    """One group per rank: heads after tensor parallelism."""
+
+    kind: str
+    num_qo_heads: int
+    num_kv_heads: int
+    head_dim_qk: int
+    head_dim_vo: int
+    count: int
+    window: int | None = None
+    sinks: bool = False
+
+    @property
+    def key(self) -> tuple:
+        return (self.kind, self.num_qo_heads, self.num_kv_heads, self.head_dim_qk, self.head_dim_vo, self.count)
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "num_qo_heads": self.num_qo_heads, "num_kv_heads": self.num_kv_heads,
+                "head_dim_qk": self.head_dim_qk, "head_dim_vo": self.head_dim_vo, "count": self.count,
+                "window": self.window, "sinks": self.sinks}
+
+
+def rank_heads(q: int, kv: int, tp: int, name: str = "model") -> tuple[int, int]:
+    """Query and KV heads per rank. Both servers split query heads evenly and
+    KV heads evenly where there are at least ``tp`` of them, else replicate one
+    per rank (vLLM ``ModelConfig.get_num_kv_heads``: ``max(1, total // tp)``;
+    ``QKVParallelLinear`` requires ``tp % kv == 0`` then, vllm 0.33
+    ``model_executor/layers/linear.py``)."""
+    if tp <= 0:
+        raise GroupsError(f"--tp must be positive, got {tp}")
+    if q % tp:
+        raise GroupsError(f"{name}: {q} query heads are not divisible by tensor parallel size {tp}")
+    if kv >= tp:
+        if kv % tp:
+            raise GroupsError(f"{name}: {kv} KV heads are not divisible by tensor parallel size {tp}")
+        return q // tp, kv // tp
+    if tp % kv:
+        raise GroupsError(f"{name}: tensor parallel size {tp} is not a multiple of {kv} KV heads")
+    return q // tp, 1
+
+
+@dataclass(frozen=True)
+class ModelGroups:
+    name: str
+    architecture: str
+    groups: tuple[AttentionGroup, ...]
+    num_layers: int = 0
+    other_layers: tuple[tuple[str, int], ...] = ()  # (kind, count) of layers outside FlashInfer's planners
+    max_len: int | None = None
+    source: str = "built-in reader"
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def uses_mla(self) -> bool:
+        return bool(self.groups) and all(g.kind == "mla" for g in self.groups)
+
+    @property
+    def attention_layers(self) -> int:
+        return sum(g.count for g in self.groups)
+
+    def planned(self) -> tuple[AttentionGroup, ...]:
+        """The groups FlashInfer's planners size in the guarded buffer (not MLA)."""
+        return tuple(g for g in self.groups if g.kind != "mla")
+
+    def per_rank(self, tp: int = 1) -> tuple[RankGroup, ...]:
+        """Groups per rank, merged where they coincide (same kind and shape)."""
+        out: dict[tuple, RankGroup] = {}
+        for g in self.groups:
+            if g.kind == "mla":
+                q, kv = rank_heads(g.num_qo_heads, g.num_qo_heads, tp, self.name)[0], 1
+            else:
+                q, kv = rank_heads(g.num_qo_heads, g.num_kv_heads, tp, self.name)
+            k = (g.kind, q, kv, g.head_dim_qk, g.head_dim_vo, g.window, g.sinks)
+            if k in out:
+                out[k] = replace(out[k], count=out[k].count + g.count)
+            else:
+                out[k] = RankGroup(g.kind, q, kv, g.head_dim_qk, g.head_dim_vo, g.count, g.window, g.sinks)
+        return tuple(out.values())
+
+    def describe(self) -> list[str]:
+        lines = []
+        for g in self.groups:
+            hd = f"head_dim {g.head_dim_qk}" + (f"/{g.head_dim_vo}" if g.head_dim_vo != g.head_dim_qk else "")
+            lines.append(f"{g.count} layers {g.label()}: {g.num_qo_heads} q / {g.num_kv_heads} kv heads, {hd}"
+                         + (", attention sinks" if g.sinks else ""))
+        for kind, n in self.other_layers:
+            lines.append(f"{n} layers {kind} (outside FlashInfer's attention planners)")
+        return lines
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "architecture": self.architecture, "source": self.source,
+                "num_layers": self.num_layers, "max_len": self.max_len,
+                "groups": [dict(kind=g.kind, num_qo_heads=g.num_qo_heads, num_kv_heads=g.num_kv_heads,
+                                head_dim_qk=g.head_dim_qk, head_dim_vo=g.head_dim_vo, count=g.count,
+                                window=g.window, sinks=g.sinks) for g in self.groups],
+                "other_layers": [{"kind": k, "count": n} for k, n in self.other_layers],
+                "notes": list(self.notes)}
+
+
+def merge(groups) -> tuple[AttentionGroup, ...]:
+    """Groups of the same kind and shape as one (counts added), first-seen order."""
+    out: dict[tuple, AttentionGroup] = {}
+    for g in groups:
+        k = (g.kind, g.shape, g.window, g.sinks)
+        out[k] = replace(out[k], count=out[k].count + g.count) if k in out else g
+    return tuple(out.values())
+
+
+def single(name: str, architecture: str, q: int, kv: int, dqk: int, dvo: int | None = None, layers: int = 0,
+           attention_layers: int | None = None, kind: str = "full", source: str = "given") -> ModelGroups:
+    """One group (a preset, or --qo-heads/--kv-heads/--head-dim)."""
+    n = layers if attention_layers is None else attention_layers
+    other = ((("other", layers - n),) if layers > n else ())
+    g = AttentionGroup(kind, q, kv, dqk, dvo or dqk, max(n, 1))
+    return ModelGroups(name, architecture, (g,), layers, other, None, source)
+
+
+# ---------------------------------------------------------------------------
+# the built-in config reader
+
+
+# transformers' defaults for a nested text config that leaves fields out
+# (llava-1.5's text_config names only model_type "llama" and a few fields;
+# LlavaConfig builds a LlamaConfig from it: transformers
+# models/llama/configuration_llama.py LlamaConfig.__init__ defaults).
+_TEXT_DEFAULTS = {
+    "llama": {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+              "max_position_embeddings": 2048},
+    "mistral": {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+                "max_position_embeddings": 4096 * 32, "sliding_window": 4096},
+}
+
+# vLLM 0.33 ModelConfig.is_deepseek_mla (config/model.py): these model types run
+# MLA when kv_lora_rank is set; MiniCPM3 has kv_lora_rank but runs ordinary
+# attention (vllm model_executor/models/minicpm3.py: Attention(num_heads,
+# qk_head_dim, num_kv_heads=num_heads), the value padded to qk_head_dim).
+MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_mtp", "kimi_k2", "kimi_linear",
+                   "longcat_flash", "pangu_ultra_moe", "pangu_ultra_moe_mtp", "glm_moe_dsa", "mistral_large_3",
+                   "kimi_k25", "deepseek_v4")
+
+_ATTN_TYPES = {"full_attention": "full", "attention": "full", "global": "full", "sliding_attention": "sliding",
+               "local_sliding": "sliding", "sliding": "sliding", "chunked_attention": "chunked"}
+
+
+def _int(v, what: str, name: str, lo: int = 1, hi: int = 1 << 20):
+    if type(v) is int and lo <= v <= hi:
+        return v
+    raise GroupsError(f"{name}: {what} must be an integer from {lo} to {hi}, got {v!r}"[:300])
+
+
+def text_scope(cfg: dict, name: str = "config.json") -> tuple[dict, dict | None]:
+    """(the text model's config, the defaults of its model type or None)."""
+    for sub in ("text_config", "llm_config", "language_config", "thinker_config"):
+        v = cfg.get(sub)
+        if v is None:
+            continue
+        if not isinstance(v, dict):
+            raise GroupsError(f"{name}: {sub} must be an object")
+        if sub == "thinker_config" and isinstance(v.get("text_config"), dict):
+            v = v["text_config"]
+        if v:
+            return v, _TEXT_DEFAULTS.get(v.get("model_type"))
+    return cfg, None
+
+
+def read_config(cfg: dict, name: str = "config.json") -> ModelGroups:
+    """The attention groups of a published config.json, as the servers read it."""
+    if not isinstance(cfg, dict):
+        raise GroupsError(f"{name}: not a JSON object")
+    text, defaults = text_scope(cfg, name)
+    archs = cfg.get("architectures") or text.get("architectures") or ["?"]
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else "?"
+
+    def raw(*keys):
+        for k in keys:
+            if text.get(k) is not None:
+                return text[k]
+        if defaults:
+            for k in keys:
+                if defaults.get(k) is not None:
+                    return defaults[k]
+        if text is not cfg:
+            for k in keys:
+                if cfg.get(k) is not None:
+                    return cfg[k]
+        return None
+
+    model_type = text.get("model_type") or cfg.get("model_type") or ""
+    heads_raw = raw("num_attention_heads", "n_head", "num_heads")
+    if heads_raw is None:
+        raise GroupsError(f"{name}: no num_attention_heads (looked in text_config/llm_config/language_config too); "
+                          "pass --qo-heads/--kv-heads/--head-dim instead")
+    heads = _int(heads_raw, "num_attention_heads", name, hi=4096)
+    # layers: num_hidden_layers; ChatGLM's num_layers (vLLM's ChatGLMConfig maps it,
+    # vllm transformers_utils/configs/chatglm.py attribute_map)
+    layers = raw("num_hidden_layers", "num_layers", "n_layer")
+    layers = _int(layers, "num_hidden_layers", name, hi=1 << 16) if layers is not None else 0
+    max_len = raw("max_position_embeddings", "seq_length", "n_positions")
+    max_len = max_len if type(max_len) is int and 0 < max_len <= (1 << 27) else None
+
+    # KV heads: vLLM ModelConfig.get_total_num_kv_heads looks at n_head_kv,
+    # num_kv_heads, num_key_value_heads, multi_query_group_num (ChatGLM) in that
+    # order, and num_attention_heads when none is set
+    kv_raw = raw("n_head_kv", "num_kv_heads", "num_key_value_heads")
+    if kv_raw is None and raw("multi_query_attention") is not False:
+        kv_raw = raw("multi_query_group_num")
+    kv = _int(kv_raw, "num_key_value_heads", name, hi=4096) if kv_raw is not None else heads
+
+    kv_lora = raw("kv_lora_rank")
+    if kv_lora is not None and model_type == "minicpm3":
+        dqk = _int(raw("qk_nope_head_dim"), "qk_nope_head_dim", name) + _int(raw("qk_rope_head_dim"),
+                                                                               "qk_rope_head_dim", name)
+        g = AttentionGroup("full", heads, heads, dqk, dqk, max(layers, 1))
+        return ModelGroups(name, arch, (g,), layers, (), max_len, "built-in reader",
+                           ("MiniCPM3: ordinary attention with qk_nope + qk_rope head dim, the value padded to it "
+                            "(vLLM minicpm3.py)",))
+    if kv_lora is not None:
+        dqk = int(raw("qk_nope_head_dim") or 128) + int(raw("qk_rope_head_dim") or 64)
+        g = AttentionGroup("mla", heads, heads, dqk, int(raw("v_head_dim") or 128), max(layers, 1))
+        return ModelGroups(name, arch, (g,), layers, (), max_len, "built-in reader",
+                           ("MLA: FlashInfer's MLA planner and its own buffer",))
+
+    # head dim: head_dim, ChatGLM's kv_channels, Nemotron-H's attention_head_dim,
+    # else hidden_size / heads (vLLM ModelConfig.get_head_size)
+    hd = raw("head_dim", "kv_channels", "attention_head_dim")
+    if hd is None:
+        hidden = raw("hidden_size", "n_embd", "d_model")
+        if hidden is None:
+            raise GroupsError(f"{name}: neither head_dim nor hidden_size given")
+        hd = _int(hidden, "hidden_size", name) // heads
+    hd = _int(hd, "head_dim", name, hi=2048)
+    vdim = raw("v_head_dim")
+    vdim = _int(vdim, "v_head_dim", name, hi=2048) if vdim is not None else hd
+    if heads % kv:
+        raise GroupsError(f"{name}: {heads} query heads are not a multiple of {kv} KV heads")
+    window = raw("sliding_window")
+    window = window if type(window) is int and window > 0 else None
+    sinks = model_type == "gpt_oss"  # every gpt-oss layer has per-head sinks (vllm models/gpt_oss.py)
+
+    groups: list[AttentionGroup] = []
+    other: dict[str, int] = {}
+    notes: list[str] = []
+
+    kinds = _layer_kinds(text, cfg, raw, model_type, layers, window, name)
+
+    # Nemotron-NAS (Llama-3.3-Nemotron-Super-49B): per-layer block_configs;
+    # attention.no_op layers have no attention, the others n_heads_in_group query
+    # heads per KV head (vllm 0.33 models/nemotron_nas.py DeciLMDecoderLayer:134,148
+    # looks at no_op only; model_arch_config_convertor.py NemotronNasModelArchConfigConvertor)
+    blocks = raw("block_configs")
+    if isinstance(blocks, list) and blocks:
+        for b in blocks:
+            a = b.get("attention", {}) if isinstance(b, dict) else {}
+            if a.get("no_op"):
+                other["no attention (block no_op)"] = other.get("no attention (block no_op)", 0) + 1
+                continue
+            n = _int(a.get("n_heads_in_group"), "block_configs attention.n_heads_in_group", name, hi=4096)
+            groups.append(AttentionGroup("full", heads, heads // n, hd, vdim, 1))
+        return ModelGroups(name, arch, merge(groups), len(blocks), tuple(other.items()), max_len,
+                           "built-in reader", tuple(notes))
+
+    for k in kinds:
+        if k not in KINDS:
+            other[k] = other.get(k, 0) + 1
+            continue
+        q, kvh, dqk, dvo, win, snk = heads, kv, hd, vdim, None, sinks
+        if k == "sliding":
+            win = window
+        if model_type in ("gemma4", "gemma4_text") and k == "full":
+            # Gemma 4 full-attention layers: global_head_dim; num_global_key_value_heads when
+            # attention_k_eq_v (vllm models/gemma4.py Gemma4DecoderLayer.__init__)
+            dqk = dvo = _int(raw("global_head_dim") or hd, "global_head_dim", name, hi=2048)
+            gkv = raw("num_global_key_value_heads") if raw("attention_k_eq_v") else None
+            kvh = _int(gkv, "num_global_key_value_heads", name, hi=4096) if gkv is not None else kv
+        if model_type == "mimo_v2_flash" and k == "sliding":
+            # MiMo-V2-Flash's SWA layers: their own heads and head dims, sink bias
+            # (vllm models/mimo_v2_flash.py: swa_num_attention_heads, swa_num_key_value_heads,
+            # swa_head_dim, swa_v_head_dim, add_swa_attention_sink_bias)
+            q = raw("swa_num_attention_heads") or heads
+            kvh = raw("swa_num_key_value_heads") or kv
+            dqk = raw("swa_head_dim") or hd
+            dvo = raw("swa_v_head_dim") or vdim
+            win = raw("sliding_window_size", "sliding_window") or window
+            snk = bool(raw("add_swa_attention_sink_bias"))
+        if model_type == "mimo_v2_flash" and k == "full":
+            snk = bool(raw("add_full_attention_sink_bias"))
+        if k == "chunked":
+            win = raw("attention_chunk_size")
+        groups.append(AttentionGroup(k, int(q), int(kvh), int(dqk), int(dvo), 1, win, snk))
+    return ModelGroups(name, arch, merge(groups), layers, tuple(other.items()), max_len, "built-in reader",
+                       tuple(notes))
+
+
+def _layer_kinds(text, cfg, raw, model_type, layers, window, name) -> list[str]:
+    """The kind of each layer: full/sliding/chunked, or what else it runs."""
+    n = layers
+    lt = raw("layer_types")
+    if isinstance(lt, list) and lt:
+        if not all(isinstance(t, str) for t in lt):
+            raise GroupsError(f"{name}: layer_types must be a list of layer kinds (strings)")
+        return [_ATTN_TYPES.get(t, t.replace("_", " ")) for t in (lt[:n] if n else lt)]
+    # Nemotron-H: hybrid_override_pattern, '*' attention, 'M' Mamba, '-' MLP,
+    # 'E' MoE (transformers NemotronHConfig.layers_block_type; vllm models/nemotron_h.py)
+    pat = raw("hybrid_override_pattern")
+    if isinstance(pat, str) and pat:
+        names = {"*": "full", "M": "mamba", "-": "mlp", "E": "moe"}
+        return [names.get(c, f"block {c}") for c in pat]
+    # MiMo-V2-Flash: hybrid_layer_pattern, 1 = sliding window, 0 = full
+    hp = raw("hybrid_layer_pattern")
+    if isinstance(hp, list) and hp and model_type == "mimo_v2_flash":
+        return ["sliding" if v == 1 else "full" for v in hp]
+    # Qwen3-Next-style full_attention_interval: every interval-th layer is full
+    # attention, the rest linear attention (transformers Qwen3NextConfig.layer_types)
+    interval = raw("full_attention_interval")
+    if type(interval) is int and interval > 0:
+        return ["full" if (i + 1) % interval == 0 else "linear attention" for i in range(n)]
+    # Llama 4: chunked local attention on RoPE layers, full attention on NoPE layers
+    # (vllm models/llama4.py Llama4Attention: use_chunked_local_attn = not nope and
+    # attention_chunk_size; transformers Llama4TextConfig.no_rope_layers default: every
+    # no_rope_layer_interval-th (4) layer is NoPE)
+    chunk = raw("attention_chunk_size")
+    if model_type in ("llama4", "llama4_text") and type(chunk) is int and chunk > 0:
+        nope = raw("no_rope_layers")
+        if not (isinstance(nope, list) and len(nope) == n):
+            iv = raw("no_rope_layer_interval") or 4
+            nope = [int((i + 1) % iv != 0) for i in range(n)]
+        return ["chunked" if v else "full" for v in nope]
+    # Gemma 2 / Gemma 3 without layer_types: transformers fills them in
+    # (Gemma2Config: sliding on even layers; Gemma3TextConfig: every
+    # sliding_window_pattern-th layer full)
+    if model_type == "gemma2" and window:
+        return ["sliding" if (i + 1) % 2 else "full" for i in range(n)]
+    if model_type in ("gemma3", "gemma3_text") and window:
+        pattern = raw("sliding_window_pattern") or 6
+        return ["sliding" if (i + 1) % pattern else "full" for i in range(n)]
+    # Qwen2-style use_sliding_window: false disables the window; otherwise
+    # layers from max_window_layers on slide (transformers Qwen2Config.layer_types)
+    if raw("use_sliding_window") is False:
+        return ["full"] * n
+    if raw("use_sliding_window") is True and window:
+        mwl = raw("max_window_layers") or n
+        return ["sliding" if i >= mwl else "full" for i in range(n)]
+    return ["full"] * n
+
+
+def server_view(groups, framework: str) -> tuple[RankGroup, ...]:
+    """The rank groups as the server's FlashInfer backend plans them.
+
+    vLLM builds one metadata builder per KV-cache group, each with its own heads
+    and head dims (``v1/attention/backends/flashinfer.py``): the groups as read.
+    SGLang plans every layer with one shape (``layers/attention/flashinfer_backend.py``
+    ``FlashInferIndicesUpdaterDecode``: ``get_max_num_attention_heads() // tp``, the
+    model's ``get_num_kv_heads(tp)`` and ``head_dim``; 0.5.23 lines 1593-1603): one
+    group of every attention layer, the full-attention layers' shape with the most
+    query heads, sized without its window (a window only lowers the need)."""
+    groups = tuple(groups)
+    if framework != "sglang":
+        return groups
+    att = [g for g in groups if g.kind != "mla"]
+    if not att:
+        return groups
+    base = next((g for g in att if g.kind == "full"), att[0])
+    return (RankGroup("full", max(g.num_qo_heads for g in att), base.num_kv_heads, base.head_dim_qk,
+                      base.head_dim_vo, sum(g.count for g in att), None, any(g.sinks for g in att)),)
+
+
+# ---------------------------------------------------------------------------
+# the server's own reading
+
+SERVER_LABEL = {"vllm": "vLLM's own config code", "sglang": "SGLang's own config code"}
+SERVER_TIMEOUT_S = 180
+_MARK = "FLASHINFER_GUARD_GROUPS "
+
+
+def rank_groups_from(rows) -> tuple[RankGroup, ...]:
+    return tuple(RankGroup(r["kind"], int(r["num_qo_heads"]), int(r["num_kv_heads"]), int(r["head_dim_qk"]),
+                           int(r["head_dim_vo"] or r["head_dim_qk"]), int(r["count"]), r.get("window"),
+                           bool(r.get("sinks"))) for r in rows)
+
+
+def run_server_reader(framework: str, path: str, tps=(1,), environ=None, python: str | None = None) -> dict:
+    """Run ``<framework>_guard.model_reader`` (the server's own ModelConfig, offline)
+    in a subprocess of ``python`` (default: this interpreter); its JSON answer, or
+    ``{"ok": False, "refusal": ...}``. Nothing of the server is imported here."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ if environ is None else environ)
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    cmd = [python or sys.executable, "-m", f"{framework}_guard.model_reader", path]
+    for tp in tps:
+        cmd += ["--tp", str(int(tp))]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=SERVER_TIMEOUT_S, env=env)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {"ok": False, "refusal": f"{framework} reader did not run ({type(exc).__name__})"}
+    for line in reversed(p.stdout.splitlines()):
+        if line.startswith(_MARK):
+            try:
+                return json.loads(line[len(_MARK):])
+            except ValueError:
+                break
+    tail = " ".join((p.stderr or "").strip().splitlines()[-1:])[:200]
+    return {"ok": False, "refusal": f"{framework} reader gave no answer (exit {p.returncode}: {tail})"}
+
+
+def read_with_server(framework: str, path: str, tp: int, environ=None) -> dict:
+    """The rank groups at ``tp`` as the installed server reads them:
+    ``{"ok", "label", "groups": (RankGroup, ...), "use_mla"}`` or ``{"ok": False, "refusal"}``."""
+    res = run_server_reader(framework, path, (tp,), environ)
+    label = SERVER_LABEL.get(framework, framework)
+    if not res.get("ok"):
+        return {"ok": False, "label": label, "refusal": res.get("refusal")}
+    rows = res.get("groups", {}).get(str(tp))
+    if not isinstance(rows, list):
+        return {"ok": False, "label": label, "refusal": (rows or {}).get("refusal", "no groups")}
+    return {"ok": True, "label": label, "groups": rank_groups_from(rows), "use_mla": bool(res.get("use_mla")),
+            "raw": res}

@@ -1,0 +1,174 @@
+"""The installed server's own launch-command parser, for ``flashinfer-guard plan -- <command>``.
+
+Only ``guard_core.launch.parse_launch`` imports this module, on the CLI path, and it
+imports vLLM or SGLang lazily inside the functions below: never on a server's
+start-up path (the plugin runs inside the server, which has parsed its own
+command already).
+
+- vLLM: the ``vllm serve`` subparser exactly as ``vllm``'s CLI builds it
+  (``vllm.entrypoints.cli.serve.ServeSubcommand.subparser_init`` under a
+  ``FlexibleArgumentParser``, whose ``parse_args`` moves ``--model`` to the
+  front, pulls ``--config`` YAML, maps ``_`` to ``-``, expands ``-O3`` and
+  dotted options; vllm/utils/argparse_utils.py). ``python -m
+  vllm.entrypoints.openai.api_server`` takes the same arguments
+  (``make_arg_parser``). On a host without a GPU vLLM cannot infer a device for
+  its config defaults; the parser is then built with the device type ``cpu``,
+  which changes no option.
+- SGLang: ``argparse.ArgumentParser`` + ``ServerArgs.add_cli_args`` and, for
+  ``--config``, SGLang's own ``ConfigArgumentMerger``, as
+  ``sglang.srt.server_args.prepare_server_args`` does (0.5.5 and 0.5.23);
+  ``ServerArgs`` itself is not built (its ``__post_init__`` loads the model
+  and probes the GPU).
+
+Each returns the parsed namespace as a dict and what the parser read:
+(dest, option string, values) per option, recorded by wrapping the parser's
+own actions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+
+class ServerParserUnavailable(Exception):
+    """The server's parser cannot be built here (not importable, or it failed)."""
+
+
+class _Refused(Exception):
+    pass
+
+
+def _raiser(message=None, *a, **k):
+    raise _Refused(message if isinstance(message, str) else "exit")
+
+
+_SEEN: list = []  # what the current parse read; the wrapped actions append here
+
+
+def _record(parser) -> None:
+    """Wrap every action of ``parser`` once so that it notes what it reads (in ``_SEEN``), then
+    acts as before."""
+    import argparse
+
+    if getattr(parser, "_flashinfer_guard_recording", False):
+        return
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            continue
+        cls = type(action)
+
+        class Recording(cls):
+            def __call__(self, parser, namespace, values, option_string=None, _cls=cls):
+                _SEEN.append((self.dest, option_string, values))
+                return _cls.__call__(self, parser, namespace, values, option_string)
+
+        Recording.__name__ = cls.__name__
+        action.__class__ = Recording
+    parser.error = _raiser
+    parser.exit = _raiser
+    parser._flashinfer_guard_recording = True
+
+
+_cache: dict = {}
+
+
+def _vllm_parser():
+    if "vllm" in _cache:
+        return _cache["vllm"]
+    try:
+        from vllm.platforms import current_platform
+        if not getattr(current_platform, "device_type", None):
+            type(current_platform).device_type = "cpu"  # no GPU here: config defaults need a device type
+        from vllm.entrypoints.cli.serve import ServeSubcommand
+        try:
+            from vllm.utils.argparse_utils import FlexibleArgumentParser
+        except ImportError:
+            from vllm.utils import FlexibleArgumentParser
+        top = FlexibleArgumentParser(prog="vllm")
+        sub = top.add_subparsers(dest="subparser")
+        serve = ServeSubcommand().subparser_init(sub)
+    except Exception as exc:
+        raise ServerParserUnavailable(f"vLLM's parser could not be built ({type(exc).__name__}: "
+                                      f"{str(exc)[:120]})") from None
+    _cache["vllm"] = (top, serve)
+    return top, serve
+
+
+def _sglang_parser():
+    import argparse
+    if "sglang" in _cache:
+        return _cache["sglang"]
+    try:
+        from sglang.srt.server_args import ServerArgs
+        p = argparse.ArgumentParser(prog="sglang serve")
+        ServerArgs.add_cli_args(p)
+    except Exception as exc:
+        raise ServerParserUnavailable(f"SGLang's parser could not be built ({type(exc).__name__}: "
+                                      f"{str(exc)[:120]})") from None
+    _cache["sglang"] = p
+    return p
+
+
+def _sglang_merge_config(parser, argv: list[str]) -> list[str]:
+    if "--config" not in argv:
+        return argv
+    try:
+        from sglang.srt.utils.server_args_config_parser import ConfigArgumentMerger
+        merger = ConfigArgumentMerger(parser)
+    except ImportError:
+        from sglang.srt.server_args_config_parser import ConfigArgumentMerger
+        merger = ConfigArgumentMerger(boolean_actions=[])  # 0.5.5's prepare_server_args finds none
+    return merger.merge_config_with_args(argv)
+
+
+def server_read(framework: str, form: str, tokens: list[str]) -> tuple[dict, list]:
+    """(namespace dict, [(dest, option string, values), ...]) from the installed server's parser.
+    Raises ``ServerParserUnavailable`` when it cannot be built, ``LaunchError`` when it refuses
+    the command (as the server would)."""
+    from .launch import MAX_JSON_DEPTH, LaunchError, check_json_text, framework_label
+
+    for t in tokens:  # the parsers json.loads option values and nest dotted keys: bound the nesting first
+        if t[:1] in "[{" or (t.startswith("-") and "{" in t):
+            check_json_text("a JSON option", t.split("=", 1)[-1] if t.startswith("-") else t)
+        if t.startswith("-") and t.split("=", 1)[0].count(".") > MAX_JSON_DEPTH:
+            raise LaunchError(f"{t[:40]}... in the launch command: nested deeper than {MAX_JSON_DEPTH} levels")
+    del _SEEN[:]
+    seen = _SEEN
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        if framework == "vllm":
+            top, serve = _vllm_parser()
+            _record(serve)
+            top.error = top.exit = _raiser
+            # `python -m vllm.entrypoints.openai.api_server` takes the same arguments (make_arg_parser)
+            # with the model as --model, which the serve parser moves to its positional model_tag
+            argv = ["serve"] + list(tokens)
+            try:
+                ns = top.parse_args(argv)
+            except _Refused as exc:
+                raise LaunchError(f"{framework_label(framework)}'s own parser refuses the launch command: "
+                                  f"{str(exc)[:300]}") from None
+            except (ValueError, AssertionError, OSError) as exc:
+                raise LaunchError(f"{framework_label(framework)}'s own parser refuses the launch command: "
+                                  f"{str(exc)[:300]}") from None
+            except RecursionError:
+                raise LaunchError("a JSON option in the launch command is nested too deeply") from None
+        else:
+            p = _sglang_parser()
+            _record(p)
+            try:
+                argv = _sglang_merge_config(p, list(tokens))
+                ns = p.parse_args(argv)
+            except _Refused as exc:
+                raise LaunchError(f"{framework_label(framework)}'s own parser refuses the launch command: "
+                                  f"{str(exc)[:300]}") from None
+            except (ValueError, AssertionError, OSError) as exc:
+                raise LaunchError(f"{framework_label(framework)}'s own parser refuses the launch command: "
+                                  f"{str(exc)[:300]}") from None
+    seen = list(seen)
+    d = dict(vars(ns))
+    d["_passed"] = {dest for dest, _o, _v in seen}
+    actions = (serve if framework == "vllm" else p)._actions
+    d["_aliases"] = {a.dest: list(a.option_strings) for a in actions}
+    return d, seen
