@@ -177,7 +177,7 @@ def _decide_workspace(
                              allocate_bytes=alloc)
 
 
-from .moe_evidence import ARM_MACHINES  # noqa: E402  (re-exported: support.unaffected_moe_host)
+from .moe_evidence import ARM_MACHINES  # noqa: E402, F401  (re-exported: support.unaffected_moe_host)
 
 # Actions of a MoE decision: "off" (FLASHINFER_GUARD_MOE=off), "on" (=on: block everywhere),
 # "none" (nothing applies), then the evidence table's "info" < "warn" < "skip_autotune" < "block".
