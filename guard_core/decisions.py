@@ -258,10 +258,11 @@ def decide_moe(settings: Settings, *, machine: str | None = None, flashinfer_ver
         action = "block"
     fixed = settings.moe_fixed_in
     if top is None:
-        ok = (f"{machine} with FlashInfer {flashinfer_version} >= {fixed} ({MOE_FIXED_IN}) on {fam}{opt}, "
+        where = fam if sm is not None else "any GPU"
+        ok = (f"{machine} with FlashInfer {flashinfer_version} >= {fixed} ({MOE_FIXED_IN}) on {where}{opt}, "
               "TRT-LLM fused MoE left as is")
         if not (is_version(flashinfer_version) and parse_version(flashinfer_version) >= parse_version(fixed)):
-            ok = f"{machine} with FlashInfer {flashinfer_version} on {fam}{opt}: no evidence row applies"
+            ok = f"{machine} with FlashInfer {flashinfer_version} on {where}{opt}: no evidence row applies"
         return MoeDecision(False, ok, inputs, "none", rows, op)
     mode = f"{MOE}=strict, " if strict else ""
     if top.flashinfer_fixed_in is not None:
