@@ -284,3 +284,38 @@ def moe_advice(d: MoeDecision) -> str:
     if d.action == "skip_autotune":
         return "skipping the BF16 TRT-LLM MoE autotune sweep"
     return ""
+
+
+def moe_verdict(settings: Settings, *, machine: str | None, flashinfer_version: str | None, gpu=None) -> dict:
+    """The MoE guard's verdict for a deployment, per op, and the evidence rows that apply
+    (the same decide_moe the adapters call), for ``flashinfer-guard doctor`` and ``plan``."""
+    from .moe_evidence import OPS, applicable, family_label
+
+    machine = machine if machine is not None else platform.machine()
+    sm = _sm(gpu)
+    per_op = {}
+    for op in (None,) + OPS:
+        d = decide_moe(settings, machine=machine, flashinfer_version=flashinfer_version, gpu=sm, op=op)
+        per_op[op or "every op"] = {"action": d.action, "block": d.block, "reason": d.reason,
+                                    "rows": [r.id for r in d.rows]}
+    rows = applicable(sm=sm, flashinfer_version=flashinfer_version, machine=machine,
+                      fixed_in=settings.moe_fixed_in)
+    by_action: dict = {}
+    for op in OPS:
+        a = per_op[op]["action"]
+        if per_op["every op"]["action"] == a and a not in ("none",):
+            a = per_op["every op"]["action"]
+        by_action.setdefault(a, []).append(op)
+    words = {"block": "TRT-LLM routed MoE not chosen", "warn": "kept, one start-up WARNING (known fault)",
+             "info": "kept, one INFO line (open reports)",
+             "skip_autotune": "kept, autotune sweep skipped (blocked where the line cannot skip it)",
+             "none": "left as is", "off": "guard off", "on": "TRT-LLM routed MoE not chosen (=on)"}
+    parts = [f"{'/'.join(ops)}: {words.get(a, a)}" for a, ops in sorted(
+        by_action.items(), key=lambda kv: -_STRENGTH.get(kv[0], 5 if kv[0] == "on" else -1))]
+    head = per_op["every op"]["reason"] if per_op["every op"]["action"] != "none" else next(
+        (v["reason"] for v in per_op.values() if v["action"] != "none"), per_op["every op"]["reason"])
+    return {"gpu": family_label(sm), "sm": sm, "machine": machine, "flashinfer": flashinfer_version,
+            "setting": settings.moe, "ops": per_op, "block": any(v["block"] for v in per_op.values()),
+            "summary": "; ".join(parts), "reason": head,
+            "rows": [{"id": r.id, "short": r.short(), "risk": r.risk, "default": r.default, "strict": r.strict,
+                      "status": r.status, "sources": list(r.sources)} for r in rows]}

@@ -165,3 +165,51 @@ def test_rows_that_apply_are_printed_for_a_deployment():
     assert ev.applicable(sm=120, flashinfer_version="0.6.12", machine="aarch64") == ()
     assert ev.applicable(sm=100, flashinfer_version="not a version", machine="aarch64") == ()
     assert all("SM10x" in r.short() and r.cite in r.short() for r in ev.TABLE)
+
+
+# --- flashinfer-guard plan / doctor print the rows that apply ---------------------------------
+
+def _plan(*args):
+    import io
+    import json
+
+    from guard_core.cli import main
+
+    out = io.StringIO()
+    import contextlib
+
+    with contextlib.redirect_stdout(out):
+        code = main(["plan", "--json", *args])
+    assert code == 0
+    return json.loads(out.getvalue())["moe"]
+
+
+def test_plan_prints_the_moe_rows_for_the_deployment():
+    # GB200 (Grace) with vLLM 0.23.0's FlashInfer 0.6.12: both route-map rows, blocked
+    gb = _plan("--framework-version", "0.23.0", "--gpu", "gb200")
+    assert [r["id"] for r in gb["rows"]] == ["route-map-oob", "route-map-oob-grace"] and gb["block"]
+    assert gb["gpu"] == "SM100" and all(r["sources"] for r in gb["rows"])
+    # B200 on x86, same FlashInfer: the any-host row, a warning, nothing blocked
+    b2 = _plan("--framework-version", "0.23.0", "--gpu", "b200")
+    assert [r["id"] for r in b2["rows"]] == ["route-map-oob"] and not b2["block"]
+    assert b2["ops"]["every op"]["action"] == "warn"
+    # B300 with vLLM 0.33.0's FlashInfer 0.7.2.post1: the open BF16 reports only
+    b3 = _plan("--framework-version", "0.33.0", "--gpu", "b300")
+    assert [r["id"] for r in b3["rows"]] == ["bf16-open"] and b3["ops"]["bf16"]["action"] == "info"
+    assert b3["ops"]["fp8"]["action"] == "none"
+    # GB10 (SM121, an Arm host) never reaches the path, whatever the FlashInfer
+    g10 = _plan("--framework-version", "0.23.0", "--gpu", "gb10")
+    assert g10["rows"] == [] and not g10["block"] and g10["host_arch"] == "aarch64"
+
+
+def test_plan_text_names_the_rows():
+    import contextlib
+    import io
+
+    from guard_core.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["plan", "--framework-version", "0.23.0", "--gpu", "gb200"]) == 0
+    text = out.getvalue()
+    assert "moe row    route-map-oob-grace (" in text and "#46861" in text and "default block" in text
