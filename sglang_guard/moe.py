@@ -56,6 +56,7 @@ SERVER_ARGS = "sglang.srt.server_args"
 RESOLUTION_HOOKS = "sglang.srt.arg_groups.resolution_hooks"
 PIPELINE = "sglang.srt.arg_groups.pipeline"
 MOE_UTILS = "sglang.srt.layers.moe.utils"
+AUTOTUNE = "sglang.srt.model_executor.runner.flashinfer_autotune"
 HOOK_KEY = "sglang_guard.moe."
 
 _decision: list = []
@@ -113,6 +114,7 @@ def install() -> None:
     when_imported(RESOLUTION_HOOKS, on_resolution_hooks_module, key=HOOK_KEY + "resolution_hooks")
     when_imported(PIPELINE, on_pipeline_module, key=HOOK_KEY + "pipeline")
     when_imported(MOE_UTILS, on_moe_utils_module, key=HOOK_KEY + "runtime")
+    when_imported(AUTOTUNE, on_autotune_module, key=HOOK_KEY + "autotune")
 
 
 def uninstall() -> None:
@@ -229,10 +231,9 @@ def guard_config(sa) -> list:
         dec = decision(op, can_skip_autotune=can_skip)
         if dec.action == "skip_autotune":
             user = _current(sa, SKIP_FIELD)
-            if user is None:
-                _set(sa, SKIP_FIELD, [BF16_AUTOTUNE_OP])
-                text = (f"{flag} {value} kept; --flashinfer-autotune-skip-ops {BF16_AUTOTUNE_OP} set "
-                        "(its autotune sweep skipped; the serving-time reports remain; FLASHINFER_GUARD_MOE=on "
+            if not user:
+                text = (f"{flag} {value} kept; its autotune sweep will be skipped, as --flashinfer-autotune-skip-ops "
+                        f"{BF16_AUTOTUNE_OP} does (the serving-time reports remain; FLASHINFER_GUARD_MOE=on "
                         "blocks it)")
             elif BF16_AUTOTUNE_OP in list(user):
                 text = f"{flag} {value} kept; its autotune sweep is skipped by the user's --flashinfer-autotune-skip-ops"
@@ -475,3 +476,41 @@ def _guard_runtime(module, server_args) -> None:
         replaced.update({"from": raw, "to": new})
         log().warning_once(f"moe.rt.{name}", dec.line(
             f"TRT-LLM fused MoE disabled in this scheduler; {what} replaced by {new}"))
+
+
+# ------------------------------------------ strict: skip the BF16 autotune sweep (0.5.23)
+
+def on_autotune_module(module) -> None:
+    guarded(log(), "moe.patch.autotune", "MoE guard", _patch_autotune, module)
+
+
+def _patch_autotune(module) -> None:
+    if decision("bf16", gpu=None, can_skip_autotune=True).action != "skip_autotune":
+        return
+    if not callable(getattr(module, "get_flashinfer_autotune_skip_ops", None)):
+        _missing(f"{AUTOTUNE}.get_flashinfer_autotune_skip_ops")
+        return
+
+    def make(orig):
+        def get_flashinfer_autotune_skip_ops(*args, **kwargs):
+            skip = orig(*args, **kwargs)
+            return guarded(log(), "moe.autotune", "MoE guard", _add_bf16_skip, skip, default=skip)
+
+        return get_flashinfer_autotune_skip_ops
+
+    _patches.wrap(module, "get_flashinfer_autotune_skip_ops", make)
+
+
+def _add_bf16_skip(skip):
+    """SGLang's skip set plus the BF16 op where strict asks for it and the user gave no
+    --flashinfer-autotune-skip-ops (SGLang 0.5.23 flashinfer_autotune.py:53-56 builds the
+    set from that option and its own workaround list)."""
+    from sglang.srt.runtime_context import get_exec
+
+    from guard_core.moe_evidence import BF16_AUTOTUNE_OP
+
+    if decision("bf16", can_skip_autotune=True).action != "skip_autotune":
+        return skip
+    if get_exec().kernel.flashinfer_autotune_skip_ops:  # the user's own list is kept as set
+        return skip
+    return set(skip or ()) | {BF16_AUTOTUNE_OP}
