@@ -214,8 +214,8 @@ SKIP_FIELD = "flashinfer_autotune_skip_ops"  # SGLang 0.5.23 --flashinfer-autotu
 
 def guard_config(sa) -> list:
     """Replace a TRT-LLM MoE runner backend SGLang resolved so far where the decision for
-    its op blocks (returns the fields changed); where strict asks to skip the BF16 autotune
-    sweep, declare SGLang's own skip list."""
+    its op blocks (returns the fields changed); where the table only warns or notes, or
+    strict skips the BF16 autotune sweep (get_flashinfer_autotune_skip_ops, below), say so."""
     from guard_core.moe_evidence import BF16_AUTOTUNE_OP
 
     changed = []
