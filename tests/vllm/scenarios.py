@@ -213,6 +213,11 @@ def import_moe_modules() -> None:
     import vllm.model_executor.layers.fused_moe.oracle.nvfp4  # noqa: F401
     import vllm.model_executor.layers.fused_moe.oracle.unquantized  # noqa: F401
     import vllm.model_executor.layers.quantization.utils.quant_utils  # noqa: F401
+    try:  # 0.29+: the warm-up step with the per-op autotune skip list (imported before the
+        # platform is switched to the faked CUDA one, as vLLM's worker imports it on a GPU)
+        import vllm.model_executor.warmup.kernel_warmup  # noqa: F401
+    except Exception as exc:
+        print(f"kernel_warmup: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
 def mxfp4_supported() -> dict:
