@@ -15,7 +15,7 @@ import platform
 import sys
 
 from . import __version__
-from .decisions import decide_moe
+from .decisions import moe_verdict
 from .gpus import Gpu, find_spec, gpu_names
 from .presets import DEFAULT_MODEL, PRESETS, ModelError, ModelFacts, load_model
 from .settings import load_settings
@@ -372,8 +372,11 @@ def run_doctor(out=sys.stdout, model: str | None = None, tp: int = 1) -> int:
     w("settings   " + ", ".join(f"{k}={v}" for k, v in settings.describe().items()) + "\n")
     for warning in settings.warnings:
         w(f"warning    {warning}\n")
-    moe = decide_moe(settings, flashinfer_version=fi)
-    w(f"moe guard  {'WOULD BLOCK' if moe.block else 'stands down'}: {moe.reason}\n")
+    moe = moe_verdict(settings, machine=platform.machine(), flashinfer_version=fi, gpu=gpu)
+    w(f"moe guard  {moe['gpu']}, {moe['machine']}, FlashInfer {fi or 'not installed'}: {moe['summary']}\n")
+    w(f"moe why    {moe['reason']}\n")
+    for row in moe["rows"]:
+        w(f"moe row    {row['short']}: {row['risk']}; default {row['default']}, strict {row['strict']}\n")
     if settings.workspace == "off":
         w("workspace  off\n")
     elif fi is None and fi_raw is not None:

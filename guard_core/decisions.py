@@ -177,7 +177,13 @@ def _decide_workspace(
                              allocate_bytes=alloc)
 
 
-ARM_MACHINES = ("aarch64", "arm64", "armv8l", "armv8b")
+from .moe_evidence import ARM_MACHINES  # noqa: E402, F401  (re-exported: support.unaffected_moe_host)
+
+# Actions of a MoE decision: "off" (FLASHINFER_GUARD_MOE=off), "on" (=on: block everywhere),
+# "none" (nothing applies), then the evidence table's "info" < "warn" < "skip_autotune" < "block".
+_STRENGTH = {"none": 0, "info": 1, "warn": 2, "skip_autotune": 3, "block": 4}
+_LEVEL = {"off": "debug", "none": "debug", "on": "warning", "info": "info", "warn": "warning",
+          "skip_autotune": "info", "block": "warning"}
 
 
 @dataclass(frozen=True)
@@ -185,32 +191,134 @@ class MoeDecision:
     block: bool
     reason: str
     inputs: dict = field(default_factory=dict)
+    action: str = "none"
+    rows: tuple = ()  # guard_core.moe_evidence rows behind the action
+    op: str | None = None  # None: the gate shared by every op
+
+    @property
+    def level(self) -> str:
+        return _LEVEL.get(self.action, "info")
 
     def line(self, detail: str) -> str:
         return f"{TAG} moe: {self.reason}: {detail}"
 
     def as_dict(self) -> dict:
-        return {"area": "moe", "block": self.block, "reason": self.reason, "inputs": dict(self.inputs)}
+        return {"area": "moe", "block": self.block, "action": self.action, "level": self.level,
+                "reason": self.reason, "op": self.op, "rows": [r.id for r in self.rows],
+                "inputs": dict(self.inputs)}
 
 
-def decide_moe(settings: Settings, *, machine: str | None = None, flashinfer_version: str | None = None) -> MoeDecision:
+def _sm(gpu) -> int | None:
+    """A Gpu, a (major, minor) pair, an SM number (100) or None -> SM number or None."""
+    from .moe_evidence import sm_of
+
+    if gpu is None:
+        return None
+    if isinstance(gpu, int):
+        return gpu
+    cc = getattr(gpu, "cc", gpu)
+    return sm_of(cc)
+
+
+def decide_moe(settings: Settings, *, machine: str | None = None, flashinfer_version: str | None = None,
+               gpu=None, op: str | None = None, can_skip_autotune: bool | None = None) -> MoeDecision:
+    """What the MoE guard does for one op (None: the gate every TRT-LLM routed op shares) from
+    the evidence table (guard_core.moe_evidence): the GPU (a Gpu, (major, minor), an SM
+    number; None: unknown, taken as SM10x), the FlashInfer release, the host CPU and the
+    setting. ``can_skip_autotune``: whether this line can skip the op's autotune sweep
+    (strict turns "skip_autotune" into "block" where it cannot; None: not asked)."""
+    from .moe_evidence import OPS, applicable, family_label, reaches
+
     machine = machine if machine is not None else platform.machine()
+    sm = _sm(gpu)
+    fam = family_label(sm)
     inputs = {"machine": machine, "flashinfer": flashinfer_version, "setting": settings.moe,
-              "fixed_in": settings.moe_fixed_in}
+              "fixed_in": settings.moe_fixed_in, "gpu": fam, "sm": sm, "op": op or "every op"}
+    opt = f", {op} MoE" if op else ", every MoE op"
     if settings.moe == "off":
-        return MoeDecision(False, f"{MOE}=off", inputs)
+        return MoeDecision(False, f"{MOE}=off", inputs, "off", op=op)
     if settings.moe == "on":
-        return MoeDecision(True, f"{MOE}=on", inputs)
-    arm = machine.lower() in ARM_MACHINES
-    if not arm:
-        return MoeDecision(False, f"{machine} host, TRT-LLM fused MoE left as is", inputs)
+        return MoeDecision(True, f"{MOE}=on", inputs, "on", op=op)
+    if not reaches(sm):
+        return MoeDecision(False, f"{machine} host, {fam} never takes the TRT-LLM routed MoE (SM10x only), "
+                                  "TRT-LLM fused MoE left as is", inputs, "none", op=op)
     if flashinfer_version is None:
-        return MoeDecision(False, f"{machine} without FlashInfer installed, nothing to guard", inputs)
+        return MoeDecision(False, f"{machine} without FlashInfer installed, nothing to guard", inputs, "none", op=op)
+    rows = applicable(sm=sm, flashinfer_version=flashinfer_version, machine=machine, op=op,
+                      fixed_in=settings.moe_fixed_in)
+    if op is None:  # the shared gate acts only on rows about every op
+        rows = tuple(r for r in rows if set(r.ops) == set(OPS))
+    strict = settings.moe == "strict"
+    action, top = "none", None
+    for r in rows:
+        a = r.strict if strict else r.default
+        if _STRENGTH[a] > _STRENGTH[action]:
+            action, top = a, r
+    if action == "skip_autotune" and can_skip_autotune is False:
+        action = "block"
     fixed = settings.moe_fixed_in
-    if is_version(flashinfer_version) and parse_version(flashinfer_version) >= parse_version(fixed):
-        return MoeDecision(False, f"{machine} with FlashInfer {flashinfer_version} >= {fixed} "
-                                  f"({MOE_FIXED_IN}), TRT-LLM fused MoE left as is", inputs)
-    return MoeDecision(True, f"{machine} with FlashInfer {flashinfer_version} < {fixed}", inputs)
+    if top is None:
+        where = fam if sm is not None else "any GPU"
+        ok = (f"{machine} with FlashInfer {flashinfer_version} >= {fixed} ({MOE_FIXED_IN}) on {where}{opt}, "
+              "TRT-LLM fused MoE left as is")
+        if not (is_version(flashinfer_version) and parse_version(flashinfer_version) >= parse_version(fixed)):
+            ok = f"{machine} with FlashInfer {flashinfer_version} on {where}{opt}: no evidence row applies"
+        return MoeDecision(False, ok, inputs, "none", rows, op)
+    mode = f"{MOE}=strict, " if strict else ""
+    if top.flashinfer_fixed_in is not None:
+        head = f"{machine} with FlashInfer {flashinfer_version} < {fixed} on {fam}{opt}"
+    else:
+        head = f"{machine} with FlashInfer {flashinfer_version} on {fam}{opt}"
+    reason = f"{head} [{mode}evidence {top.id}: {top.cite}]"
+    return MoeDecision(action == "block", reason, inputs, action, rows, op)
+
+
+def moe_advice(d: MoeDecision) -> str:
+    """The sentence that says what the decision means and which switch changes it."""
+    if d.action == "warn":
+        return ("known out-of-bounds read of the TRT-LLM routed MoE (fixed in FlashInfer 0.6.16); "
+                f"TRT-LLM fused MoE kept; upgrade FlashInfer, or {MOE}=strict to keep the server off it")
+    if d.action == "info":
+        return (f"open reports of BF16 TRT-LLM routed MoE faults on this GPU family; nothing changed "
+                f"({MOE}=strict skips its autotune sweep, or blocks it where the line cannot)")
+    if d.action == "skip_autotune":
+        return "skipping the BF16 TRT-LLM MoE autotune sweep"
+    return ""
+
+
+def moe_verdict(settings: Settings, *, machine: str | None, flashinfer_version: str | None, gpu=None) -> dict:
+    """The MoE guard's verdict for a deployment, per op, and the evidence rows that apply
+    (the same decide_moe the adapters call), for ``flashinfer-guard doctor`` and ``plan``."""
+    from .moe_evidence import OPS, applicable, family_label
+
+    machine = machine if machine is not None else platform.machine()
+    sm = _sm(gpu)
+    per_op = {}
+    for op in (None,) + OPS:
+        d = decide_moe(settings, machine=machine, flashinfer_version=flashinfer_version, gpu=sm, op=op)
+        per_op[op or "every op"] = {"action": d.action, "block": d.block, "reason": d.reason,
+                                    "rows": [r.id for r in d.rows]}
+    rows = applicable(sm=sm, flashinfer_version=flashinfer_version, machine=machine,
+                      fixed_in=settings.moe_fixed_in)
+    by_action: dict = {}
+    for op in OPS:
+        a = per_op[op]["action"]
+        if per_op["every op"]["action"] == a and a not in ("none",):
+            a = per_op["every op"]["action"]
+        by_action.setdefault(a, []).append(op)
+    words = {"block": "TRT-LLM routed MoE not chosen", "warn": "kept, one start-up WARNING (known fault)",
+             "info": "kept, one INFO line (open reports)",
+             "skip_autotune": "kept, autotune sweep skipped (blocked where the line cannot skip it)",
+             "none": "left as is", "off": "guard off", "on": "TRT-LLM routed MoE not chosen (=on)"}
+    parts = [f"{'/'.join(ops)}: {words.get(a, a)}" for a, ops in sorted(
+        by_action.items(), key=lambda kv: -_STRENGTH.get(kv[0], 5 if kv[0] == "on" else -1))]
+    head = per_op["every op"]["reason"] if per_op["every op"]["action"] != "none" else next(
+        (v["reason"] for v in per_op.values() if v["action"] != "none"), per_op["every op"]["reason"])
+    return {"gpu": family_label(sm), "sm": sm, "machine": machine, "flashinfer": flashinfer_version,
+            "setting": settings.moe, "ops": per_op, "block": any(v["block"] for v in per_op.values()),
+            "summary": "; ".join(parts), "reason": head,
+            "rows": [{"id": r.id, "short": r.short(), "risk": r.risk, "default": r.default, "strict": r.strict,
+                      "status": r.status, "sources": list(r.sources)} for r in rows]}
 
 
 def decide_fixed_split_workspace(requirement: Requirement | None, assessment, *, framework: str, server_bytes: int,

@@ -17,7 +17,7 @@ import sys
 from dataclasses import replace
 
 from . import flashinfer_model as fm
-from .decisions import decide_moe
+from .decisions import moe_verdict
 from .dispatch import (PlannerFacts, choose_planners, dtype_bytes, dtype_kind, fa3_head_dim_gate,
                        vllm_query_dtypes)
 from .frameworks import (NATIVE_VAR, Deployment, derive, framework_label, gpu_memory, is_aarch64_gpu,
@@ -581,10 +581,12 @@ def _moe(a, gpu_key, fi) -> dict:
         arch, src = "aarch64", f"{gpu_key.upper()} systems have Grace/Arm hosts"
     else:
         arch, src = "x86_64", "assumed for this GPU; --host-arch aarch64 for a Grace host"
-    dec = decide_moe(Settings(), machine=arch, flashinfer_version=fi)
-    return {"host_arch": arch, "host_arch_source": src, "block": dec.block, "reason": dec.reason,
-            "verdict": (f"the guard keeps the server from choosing FlashInfer TRT-LLM fused MoE ({dec.reason})"
-                        if dec.block else f"stands down ({dec.reason})")}
+    spec = find_spec(gpu_key) if gpu_key else None
+    v = moe_verdict(Settings(), machine=arch, flashinfer_version=fi, gpu=spec.cc if spec else None)
+    return {"host_arch": arch, "host_arch_source": src, "block": v["block"], "reason": v["reason"],
+            "gpu": v["gpu"], "ops": v["ops"], "rows": v["rows"],
+            "verdict": (f"{v['gpu']}: {v['summary']} ({v['reason']})" if v["rows"] or v["block"]
+                        else f"stands down ({v['reason']})")}
 
 
 def describe_scenario(s, layout, gpu, fw) -> str:
@@ -767,3 +769,5 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
 def _moe_line(r, w):
     mo = r["moe"]
     w(f"moe guard  {mo['host_arch']} host ({mo['host_arch_source']}): {mo['verdict']}\n")
+    for row in mo.get("rows", ()):
+        w(f"moe row    {row['short']}: {row['risk']}; default {row['default']}, strict {row['strict']}\n")

@@ -85,7 +85,7 @@ class Settings:
     def __init__(self, enabled=True, moe="auto", moe_fixed_in=DEFAULT_MOE_FIXED_IN, workspace="auto",
                  workspace_bytes=None, log_level="info", warnings=(), workspace_max=DEFAULT_WORKSPACE_MAX):
         self.enabled = enabled  # master switch
-        self.moe = moe  # auto | on | off
+        self.moe = moe  # auto | strict | on | off (guard_core.moe_evidence: what auto and strict do)
         self.moe_fixed_in = moe_fixed_in
         self.workspace = workspace  # auto | exact | off | size
         self.workspace_bytes = workspace_bytes
@@ -252,7 +252,7 @@ def _parse_workspace_max(raw: str):
 # variable, parser (returns None for a bad value), accepted values, default value, the default as said
 _TABLE = (
     (MASTER, _parse_master, "1 or 0 (also true/false, yes/no, on/off)", True, "1"),
-    (MOE, _parse_choice(("auto", "on", "off")), "auto, on or off", "auto", "auto"),
+    (MOE, _parse_choice(("auto", "strict", "on", "off")), "auto, strict, on or off", "auto", "auto"),
     (MOE_FIXED_IN, bounded_version, VERSION_ACCEPTED, DEFAULT_MOE_FIXED_IN, DEFAULT_MOE_FIXED_IN),
     (WORKSPACE, _parse_workspace, "auto, exact, off or " + SIZE_ACCEPTED, ("auto", None), "auto"),
     (LOG, _parse_choice(("info", "debug", "warning")), "info, debug or warning", "info", "info"),

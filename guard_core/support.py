@@ -259,13 +259,21 @@ def line_label(framework: str, version: str | None = None) -> str:
 
 
 def unaffected_moe_host(decision) -> bool:
-    """A MoE stand-down on a host the bug never affects (auto, not aarch64): said at DEBUG."""
+    """A MoE stand-down where nothing applies and nothing was ever reported (auto or strict,
+    no evidence row, and the host is not aarch64 or the GPU cannot reach the path): said at
+    DEBUG. An aarch64 host's stand-down on a reaching GPU stays at INFO (where the guard
+    used to act)."""
     try:
         from .decisions import ARM_MACHINES
+        from .moe_evidence import reaches
 
         inputs = decision.inputs
-        return (not decision.block and inputs.get("setting") == "auto"
-                and str(inputs.get("machine") or "").lower() not in ARM_MACHINES)
+        if decision.block or getattr(decision, "action", "none") != "none":
+            return False
+        if inputs.get("setting") not in ("auto", "strict"):
+            return False
+        arm = str(inputs.get("machine") or "").lower() in ARM_MACHINES
+        return not arm or not reaches(inputs.get("sm"))
     except Exception:
         return False
 

@@ -1,10 +1,19 @@
 """The TRT-LLM fused-MoE guard inside SGLang.
 
-Where SGLang makes ``moe_runner_backend`` / ``speculative_moe_runner_backend``
-``flashinfer_trtllm`` on a guarded host (guard_core.decisions.decide_moe), the
-guard puts the next backend SGLang accepts for that quantization instead
+What it does per op comes from the evidence table (guard_core.moe_evidence) for
+the GPU (guard_core.gpus.detect_gpu: SM10x only), the installed FlashInfer and the
+host (guard_core.decisions.decide_moe). Where SGLang makes ``moe_runner_backend`` /
+``speculative_moe_runner_backend`` ``flashinfer_trtllm`` and the decision blocks
+(Grace + SM10x + FlashInfer < 0.6.16 by default, any SM10x host under ``strict``),
+the guard puts the next backend SGLang accepts for that quantization instead
 (``_fallback``) and says so in one warning line; an explicit user request is
-replaced the same way and the line says it was the user's.
+replaced the same way and the line says it was the user's. Where the table only
+warns (any host before 0.6.16) or notes open reports (BF16 from 0.6.16), the
+backend is kept and one line says so. Under ``strict`` the BF16 op's autotune sweep
+is skipped through SGLang's own ``--flashinfer-autotune-skip-ops`` where the line
+has it (0.5.23 ``arg_groups/fields/exec_.py:398``, read by
+``model_executor/runner/flashinfer_autotune.py:53-56``) and the user did not set
+it; elsewhere the BF16 TRT-LLM MoE is replaced.
 
 Configuration time (the main process; the resolved values SGLang prints and hands
 to every process are already the fallback), found by feature:
@@ -47,21 +56,56 @@ SERVER_ARGS = "sglang.srt.server_args"
 RESOLUTION_HOOKS = "sglang.srt.arg_groups.resolution_hooks"
 PIPELINE = "sglang.srt.arg_groups.pipeline"
 MOE_UTILS = "sglang.srt.layers.moe.utils"
+AUTOTUNE = "sglang.srt.model_executor.runner.flashinfer_autotune"
 HOOK_KEY = "sglang_guard.moe."
 
 _decision: list = []
 _patches = PatchSet()
 
 
-def decision():
-    if not _decision:
-        from guard_core.decisions import decide_moe
-        from guard_core.settings import get_settings
-        from guard_core.versions import flashinfer_version
+def _gpu_sm():
+    """The GPU's SM number through guard_core.gpus.detect_gpu (torch: SGLang's main
+    process queries the device itself while resolving its arguments), None when unknown."""
+    try:
+        from guard_core.gpus import detect_gpu
 
-        _decision.append(decide_moe(get_settings(), machine=platform.machine(),
-                                    flashinfer_version=flashinfer_version()))
-    return _decision[0]
+        gpu = detect_gpu()
+        return gpu.sm if gpu is not None else None
+    except Exception:
+        return None
+
+
+def decision(op=None, gpu="live", can_skip_autotune=None):
+    """The MoE decision for ``op`` (None: every op) on this GPU (``gpu=None``: unknown)."""
+    from guard_core.decisions import decide_moe
+    from guard_core.settings import get_settings
+    from guard_core.versions import flashinfer_version
+
+    sm = _gpu_sm() if gpu == "live" else gpu
+    key = (op, sm, can_skip_autotune)
+    for k, d in _decision:
+        if k == key:
+            return d
+    d = decide_moe(get_settings(), machine=platform.machine(), flashinfer_version=flashinfer_version(),
+                   gpu=sm, op=op, can_skip_autotune=can_skip_autotune)
+    _decision.append((key, d))
+    return d
+
+
+# SGLang quantization -> the FlashInfer TRT-LLM MoE op its flashinfer_trtllm runner calls
+_QUANT_OPS = {None: "bf16", "fp8": "fp8", "modelopt": "fp8", "modelopt_fp8": "fp8", "w8a8_fp8": "fp8",
+              "mxfp8": "fp8", "modelopt_fp4": "nvfp4", "nvfp4": "nvfp4", "modelopt_mixed": "nvfp4",
+              "mxfp4": "mxfp4"}
+
+
+def _op(field, quantization):
+    """The op a runner field's MoE runs. The speculative field of an unquantized or FP4
+    checkpoint is taken as BF16: its NextN/MTP drafter MoE is BF16 (SGLang #30209,
+    FlashInfer #4919)."""
+    main = _QUANT_OPS.get(quantization) if quantization in _QUANT_OPS else None
+    if field == "speculative_moe_runner_backend" and main in ("bf16", "nvfp4"):
+        return "bf16"
+    return main
 
 
 def install() -> None:
@@ -70,6 +114,7 @@ def install() -> None:
     when_imported(RESOLUTION_HOOKS, on_resolution_hooks_module, key=HOOK_KEY + "resolution_hooks")
     when_imported(PIPELINE, on_pipeline_module, key=HOOK_KEY + "pipeline")
     when_imported(MOE_UTILS, on_moe_utils_module, key=HOOK_KEY + "runtime")
+    when_imported(AUTOTUNE, on_autotune_module, key=HOOK_KEY + "autotune")
 
 
 def uninstall() -> None:
@@ -97,15 +142,22 @@ def _is_trtllm(value) -> bool:
 def _missing(target: str) -> None:
     from guard_core.support import line_label
 
-    d = decision()
+    d = decision(gpu=None)
     log().missing_target("moe", target, line_label("sglang"), needed=d.reason if d.block else None)
 
 
-def _kept(key: str, text: str) -> None:
+def _kept(key: str, text: str, d=None) -> None:
+    """The backend stays: a debug line where nothing applies, else the table's line
+    (WARNING for a known fault, INFO for open reports or a plain stand-down on aarch64)."""
+    from guard_core.decisions import moe_advice
     from guard_core.support import unaffected_moe_host
 
-    d = decision()
-    if unaffected_moe_host(d):
+    d = d if d is not None else decision()
+    if d.action == "warn":
+        log().warning_once("moe.warn", d.line(f"{text}; {moe_advice(d)}"))
+    elif d.action == "info":
+        log().info_once(key, d.line(f"{text}; {moe_advice(d)}"))
+    elif unaffected_moe_host(d):
         log().debug(d.line(text), key=key)
     else:
         log().info_once(key, d.line(text))
@@ -157,8 +209,15 @@ def _user_value(sa, field):
     return None
 
 
+SKIP_FIELD = "flashinfer_autotune_skip_ops"  # SGLang 0.5.23 --flashinfer-autotune-skip-ops
+
+
 def guard_config(sa) -> list:
-    """Replace a TRT-LLM MoE runner backend SGLang resolved so far; returns the fields changed."""
+    """Replace a TRT-LLM MoE runner backend SGLang resolved so far where the decision for
+    its op blocks (returns the fields changed); where the table only warns or notes, or
+    strict skips the BF16 autotune sweep (get_flashinfer_autotune_skip_ops, below), say so."""
+    from guard_core.moe_evidence import BF16_AUTOTUNE_OP
+
     changed = []
     for f in FIELDS:
         value = _current(sa, f)
@@ -166,11 +225,27 @@ def guard_config(sa) -> list:
             continue
         value = getattr(value, "value", value)
         flag = "--" + f.replace("_", "-")
-        dec = decision()
-        if not dec.block:
-            _kept(f"moe.kept.{f}", f"{flag} {value} kept")
+        quant = _current(sa, "quantization")
+        op = _op(f, quant)
+        can_skip = hasattr(sa, SKIP_FIELD) if op == "bf16" else None
+        dec = decision(op, can_skip_autotune=can_skip)
+        if dec.action == "skip_autotune":
+            user = _current(sa, SKIP_FIELD)
+            if not user:
+                text = (f"{flag} {value} kept; its autotune sweep will be skipped, as --flashinfer-autotune-skip-ops "
+                        f"{BF16_AUTOTUNE_OP} does (the serving-time reports remain; FLASHINFER_GUARD_MOE=on "
+                        "blocks it)")
+            elif BF16_AUTOTUNE_OP in list(user):
+                text = f"{flag} {value} kept; its autotune sweep is skipped by the user's --flashinfer-autotune-skip-ops"
+            else:
+                text = (f"{flag} {value} kept; the user's --flashinfer-autotune-skip-ops {' '.join(user)} kept as set "
+                        f"(add {BF16_AUTOTUNE_OP} to skip its autotune sweep)")
+            log().info_once(f"moe.skip.{f}", dec.line(text))
             continue
-        new = _fallback(value, _current(sa, "quantization"))
+        if not dec.block:
+            _kept(f"moe.kept.{f}", f"{flag} {value} kept", dec)
+            continue
+        new = _fallback(value, quant)
         _set(sa, f, new)
         changed.append(f)
         who = "requested explicitly" if _user_value(sa, f) == value else "chosen by SGLang for this model"
@@ -363,7 +438,6 @@ def _guard_runtime(module, server_args) -> None:
 
         server_args = get_server_args()
 
-    dec = decision()
     quant = _quantization(server_args)
     enum = module.MoeRunnerBackend
     slots = (("moe_runner_backend", _Slot(module, "MOE_RUNNER_BACKEND", "runner_backend")),
@@ -385,11 +459,58 @@ def _guard_runtime(module, server_args) -> None:
             continue
         what = f"{name} {raw}" + (" (NVFP4: SGLang picks flashinfer_trtllm in create_moe_runner)"
                                    if nvfp4_auto else "")
+        op = _op(name, quant)
+        can_skip = None
+        if op == "bf16":  # the skip list was declared at configuration time where the line has one
+            can_skip = hasattr(server_args, SKIP_FIELD)
+        dec = decision(op, can_skip_autotune=can_skip)
         if not dec.block:
-            _kept(f"moe.rt.kept.{name}", f"{what} kept")
+            if dec.action == "skip_autotune":
+                log().info_once(f"moe.rt.skip.{name}", dec.line(
+                    f"{what} kept; its autotune sweep skipped through --flashinfer-autotune-skip-ops"))
+            else:
+                _kept(f"moe.rt.kept.{name}", f"{what} kept", dec)
             continue
         new = "flashinfer_cutlass" if nvfp4_auto else _fallback(raw, quant)
         slot.set(enum(new))
         replaced.update({"from": raw, "to": new})
         log().warning_once(f"moe.rt.{name}", dec.line(
             f"TRT-LLM fused MoE disabled in this scheduler; {what} replaced by {new}"))
+
+
+# ------------------------------------------ strict: skip the BF16 autotune sweep (0.5.23)
+
+def on_autotune_module(module) -> None:
+    guarded(log(), "moe.patch.autotune", "MoE guard", _patch_autotune, module)
+
+
+def _patch_autotune(module) -> None:
+    if decision("bf16", gpu=None, can_skip_autotune=True).action != "skip_autotune":
+        return
+    if not callable(getattr(module, "get_flashinfer_autotune_skip_ops", None)):
+        _missing(f"{AUTOTUNE}.get_flashinfer_autotune_skip_ops")
+        return
+
+    def make(orig):
+        def get_flashinfer_autotune_skip_ops(*args, **kwargs):
+            skip = orig(*args, **kwargs)
+            return guarded(log(), "moe.autotune", "MoE guard", _add_bf16_skip, skip, default=skip)
+
+        return get_flashinfer_autotune_skip_ops
+
+    _patches.wrap(module, "get_flashinfer_autotune_skip_ops", make)
+
+
+def _add_bf16_skip(skip):
+    """SGLang's skip set plus the BF16 op where strict asks for it and the user gave no
+    --flashinfer-autotune-skip-ops (SGLang 0.5.23 flashinfer_autotune.py:53-56 builds the
+    set from that option and its own workaround list)."""
+    from sglang.srt.runtime_context import get_exec
+
+    from guard_core.moe_evidence import BF16_AUTOTUNE_OP
+
+    if decision("bf16", can_skip_autotune=True).action != "skip_autotune":
+        return skip
+    if get_exec().kernel.flashinfer_autotune_skip_ops:  # the user's own list is kept as set
+        return skip
+    return set(skip or ()) | {BF16_AUTOTUNE_OP}

@@ -1,7 +1,19 @@
 """MoE guard: keep vLLM off FlashInfer's TRT-LLM fused MoE where it crashes.
 
-On aarch64 with FlashInfer below FLASHINFER_GUARD_MOE_FIXED_IN (``auto``), or
-everywhere (``on``):
+What it does comes from the evidence table (guard_core.moe_evidence), per op, for
+the GPU vLLM's platform reports (SM10x only; NVML, no CUDA initialisation), the
+installed FlashInfer and the host (guard_core.decisions.decide_moe):
+
+- warn (default, any host, SM10x, FlashInfer < 0.6.16): one WARNING when vLLM
+  asks whether the TRT-LLM routed MoE is available (it stays available);
+- info (default, BF16 on SM10x from 0.6.16, open reports): one INFO line when
+  vLLM considers the BF16 TRT-LLM experts;
+- skip_autotune (strict, BF16 from 0.6.16, vLLM 0.29+): the BF16 op joins
+  ``_flashinfer_autotune_skip_ops`` (what ``VLLM_FLASHINFER_AUTOTUNE_SKIP_OPS``
+  does, keeping vLLM's own default skips), unless the user set that variable;
+  on lines without it the BF16 TRT-LLM experts are blocked instead;
+- block (Grace with SM10x and FlashInfer < FLASHINFER_GUARD_MOE_FIXED_IN by
+  default; any host under ``strict``; everywhere under ``on``):
 
 - ``vllm.utils.flashinfer.has_flashinfer_trtllm_fused_moe`` answers False. It
   is ``functools.cache``d and imported by name into the TRT-LLM expert modules,
@@ -65,23 +77,118 @@ MXFP4_ORACLE = "vllm.model_executor.layers.fused_moe.oracle.mxfp4"
 # env routes that force the MXFP4 TRT-LLM experts: name -> only on SM10x?
 MXFP4_ENV_ROUTES = {"VLLM_USE_FLASHINFER_MOE_MXFP4_BF16": True, "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8": False}
 
-_decision = None
+_decisions: dict = {}  # (op, SM) -> MoeDecision, once the GPU is known
 _patches = PatchSet()
 _rebinds: dict[str, object] = {}  # "old": the original, "new": its wrapper, for later imports
+SKIP_OPS_VAR = "VLLM_FLASHINFER_AUTOTUNE_SKIP_OPS"  # vLLM 0.29+ envs.py (PR #48268)
+KERNEL_WARMUP = "vllm.model_executor.warmup.kernel_warmup"
+BF16_EXPERTS = "vllm.model_executor.layers.fused_moe.experts.trtllm_bf16_moe"
+# vLLM quantization names -> the FlashInfer TRT-LLM MoE op their experts run (None: unquantized)
+QUANT_OPS = {None: "bf16", "fp8": "fp8", "modelopt": "fp8", "modelopt_fp4": "nvfp4", "nvfp4": "nvfp4",
+             "mxfp4": "mxfp4", "gpt_oss_mxfp4": "mxfp4", "compressed-tensors": None}
 
 
-def decision():
-    """This process's MoE decision (settings, CPU architecture, FlashInfer)."""
-    global _decision
-    if _decision is None:
-        import platform
+def _gpu_sm():
+    """The GPU's SM number (major*10+minor): vLLM's own platform where it is CUDA (NVML in
+    the API server, no CUDA initialisation), else guard_core.gpus.detect_gpu (the seam the
+    tests replace); None when unknown."""
+    try:
+        from vllm.platforms import current_platform
 
-        from guard_core.decisions import decide_moe
-        from guard_core.settings import get_settings
-        from guard_core.versions import flashinfer_version
+        if current_platform.is_cuda():
+            cap = current_platform.get_device_capability()
+            if cap is not None:
+                return int(cap.major) * 10 + int(cap.minor)
+    except Exception:
+        pass
+    try:
+        from guard_core.gpus import detect_gpu
 
-        _decision = decide_moe(get_settings(), machine=platform.machine(), flashinfer_version=flashinfer_version())
-    return _decision
+        gpu = detect_gpu()
+        return gpu.sm if gpu is not None else None
+    except Exception:
+        return None
+
+
+def _can_skip_autotune() -> bool:
+    """Whether this vLLM can skip one op's FlashInfer autotune sweep (0.29+)."""
+    import vllm.envs as envs
+
+    return SKIP_OPS_VAR in getattr(envs, "environment_variables", {})
+
+
+def decision(op: str | None = None, gpu="live"):
+    """The MoE decision for ``op`` (None: the gate every TRT-LLM op shares) on this GPU
+    (``gpu=None``: before the GPU is known, as for a GPU that reaches the path)."""
+    from guard_core.decisions import decide_moe
+    from guard_core.settings import get_settings
+    from guard_core.versions import flashinfer_version
+
+    sm = _gpu_sm() if gpu == "live" else gpu
+    key = (op, sm)
+    if key in _decisions:
+        return _decisions[key]
+    can_skip = None
+    if op == "bf16" and get_settings().moe == "strict":
+        can_skip = _can_skip_autotune()
+    import platform
+
+    d = decide_moe(get_settings(), machine=platform.machine(), flashinfer_version=flashinfer_version(),
+                   gpu=sm, op=op, can_skip_autotune=can_skip)
+    if sm is not None or gpu is None:
+        _decisions[key] = d
+    return d
+
+
+def potential(op: str | None = None):
+    """What the guard may do for ``op`` on a GPU that reaches the path: decides what to patch."""
+    return decision(op, gpu=None)
+
+
+def _may_block() -> bool:
+    return any(potential(op).block for op in (None, "bf16", "mxfp4"))
+
+
+def _warn(d) -> None:
+    """The one start-up WARNING of a known fault the default leaves in place."""
+    from guard_core.decisions import moe_advice
+
+    get_log().warning_once("moe-warn", d.line(moe_advice(d)))
+
+
+def _considered(d, op_name: str) -> None:
+    """vLLM considers a TRT-LLM op the guard leaves in place: say what the table holds."""
+    from guard_core.decisions import moe_advice
+
+    if d.action == "warn":
+        _warn(d)
+    elif d.action == "info":
+        get_log().info_once(f"moe-info:{op_name}", d.line(moe_advice(d)))
+    elif d.action == "skip_autotune":
+        get_log().info_once(f"moe-skip:{op_name}", d.line(_skip_text()))
+
+
+def _user_skip_ops():
+    """The user's VLLM_FLASHINFER_AUTOTUNE_SKIP_OPS as vLLM parses it, or None when unset."""
+    import os
+
+    raw = os.environ.get(SKIP_OPS_VAR)
+    if raw is None:
+        return None
+    return [v.strip() for v in raw.split(",") if v.strip()]
+
+
+def _skip_text() -> str:
+    from guard_core.moe_evidence import BF16_AUTOTUNE_OP
+
+    user = _user_skip_ops()
+    if user is None:
+        return (f"BF16 TRT-LLM MoE kept; skipping its autotune sweep at warm-up, as {SKIP_OPS_VAR}="
+                f"{BF16_AUTOTUNE_OP} would (the serving-time reports remain; FLASHINFER_GUARD_MOE=on blocks it)")
+    if BF16_AUTOTUNE_OP in user:
+        return f"BF16 TRT-LLM MoE kept; its autotune sweep is skipped by the user's {SKIP_OPS_VAR}"
+    return (f"BF16 TRT-LLM MoE kept; the user's {SKIP_OPS_VAR}={','.join(user)} is kept as set "
+            f"(add {BF16_AUTOTUNE_OP} to skip its autotune sweep)")
 
 
 def install(settings) -> None:
@@ -93,20 +200,21 @@ def install(settings) -> None:
     when_imported(FI_UTILS, _on_fi_utils, key="vllm_guard.moe.fi_utils")
     when_imported(ARG_UTILS, _on_arg_utils, key="vllm_guard.moe.arg_utils")
     when_imported(MXFP4_ORACLE, _on_mxfp4_oracle, key="vllm_guard.moe.mxfp4_oracle")
+    when_imported(BF16_EXPERTS, _on_bf16_experts, key="vllm_guard.moe.bf16_experts")
+    when_imported(KERNEL_WARMUP, _on_kernel_warmup, key="vllm_guard.moe.kernel_warmup")
 
 
 def uninstall() -> None:
     """Undo every patch (the rebinds included); ``install`` patches again afterwards."""
-    global _decision
     _patches.undo()
     _rebinds.clear()
-    _decision = None
+    _decisions.clear()
 
 
-def _not_applicable(target: str, needed: bool = True) -> None:
+def _not_applicable(target: str, needed: bool = True, op: str | None = None) -> None:
     from guard_core.support import line_label
 
-    d = decision()
+    d = potential(op)
     get_log().missing_target("moe", target, line_label("vllm"),
                              needed=d.reason if (needed and d.block) else None)
 
@@ -127,11 +235,11 @@ def _announce() -> None:
 def _patch_utils(module) -> None:
     from guard_core.support import unaffected_moe_host
 
-    d = decision()
+    d = potential()
     if not callable(getattr(module, TARGET, None)):
         _not_applicable(f"{UTILS}.{TARGET}")
         return
-    if not d.block:
+    if not d.block and d.action != "warn":
         if unaffected_moe_host(d):
             get_log().debug(f"moe: ok, {d.reason}", key="moe-ok")
         else:
@@ -141,15 +249,19 @@ def _patch_utils(module) -> None:
 
     def make(orig):
         def has_flashinfer_trtllm_fused_moe() -> bool:
-            if decision().block:
+            d = decision()
+            if d.block:
                 if guarded(get_log(), "moe", "moe guard", orig, default=False):
                     get_log().info_once(
                         "moe-block",
-                        decision().line("FlashInfer TRT-LLM fused MoE reported unavailable; "
-                                        "vLLM selects its next MoE backend"),
+                        d.line("FlashInfer TRT-LLM fused MoE reported unavailable; "
+                               "vLLM selects its next MoE backend"),
                     )
                 return False
-            return orig()
+            answer = orig()
+            if answer and d.action == "warn":
+                guarded(get_log(), "moe", "moe guard", _warn, d)
+            return answer
 
         return has_flashinfer_trtllm_fused_moe
 
@@ -205,14 +317,79 @@ def _on_bf16_gate(module) -> None:
 
 def _patch_bf16_gate(module) -> None:
     # later lines keep the module (its fused op) without the gate: nothing to do there
-    if not decision().block or not callable(vars(module).get("_supports_current_device")):
+    if potential("bf16").action == "none" or not callable(vars(module).get("_supports_current_device")):
         return
 
     make = _blocking_gate(
         "moe guard (BF16)", "moe-block-bf16",
         "FlashInfer TRT-LLM BF16 MoE reported unsupported; vLLM selects its next BF16 MoE backend",
-        also=_warn_bf16_route)
+        also=_warn_bf16_route, op="bf16")
     _patches.wrap(module, "_supports_current_device", make)
+
+
+# --- the BF16 TRT-LLM experts (0.20+): open reports from FlashInfer 0.6.16 -----------
+
+def _on_bf16_experts(module) -> None:
+    guarded(get_log(), "moe", "moe guard (BF16)", _patch_bf16_experts, module)
+
+
+def _patch_bf16_experts(module) -> None:
+    if potential("bf16").action == "none":
+        return
+    classes = _gated_classes(module)
+    if not classes:
+        _not_applicable(f"{BF16_EXPERTS} experts' _supports_current_device", op="bf16")
+        return
+    make = _blocking_gate(
+        "moe guard (BF16)", "moe-block-bf16",
+        "FlashInfer TRT-LLM BF16 MoE experts reported unsupported; vLLM selects its next BF16 MoE backend",
+        op="bf16")
+    for cls in classes:
+        _patches.wrap(cls, "_supports_current_device", make)
+
+
+def _gated_classes(module) -> list:
+    return [
+        obj for obj in vars(module).values()
+        if isinstance(obj, type) and obj.__module__ == module.__name__
+        and callable(getattr(obj, "_supports_current_device", None))  # own or inherited
+    ]
+
+
+# --- strict: skip the BF16 autotune sweep (vLLM 0.29+) ------------------------------
+
+def _on_kernel_warmup(module) -> None:
+    guarded(get_log(), "moe", "moe guard (autotune)", _patch_kernel_warmup, module)
+
+
+def _patch_kernel_warmup(module) -> None:
+    if potential("bf16").action != "skip_autotune":
+        return
+    if not callable(getattr(module, "_flashinfer_autotune_skip_ops", None)):
+        _not_applicable(f"{KERNEL_WARMUP}._flashinfer_autotune_skip_ops", op="bf16")
+        return
+
+    def make(orig):
+        def _flashinfer_autotune_skip_ops(*args, **kwargs):
+            skip = orig(*args, **kwargs)
+            return guarded(get_log(), "moe", "moe guard (autotune)", _add_bf16_skip, skip, default=skip)
+
+        return _flashinfer_autotune_skip_ops
+
+    _patches.wrap(module, "_flashinfer_autotune_skip_ops", make)
+
+
+def _add_bf16_skip(skip):
+    """vLLM's own skip set plus the BF16 op, where strict asks for it and the user did not
+    set VLLM_FLASHINFER_AUTOTUNE_SKIP_OPS (vLLM 0.33 warmup/kernel_warmup.py:299-301 reads
+    it; None means "skip nothing")."""
+    from guard_core.moe_evidence import BF16_AUTOTUNE_OP
+
+    d = decision("bf16")
+    if d.action != "skip_autotune" or _user_skip_ops() is not None:
+        return skip
+    get_log().info_once("moe-skip:bf16", d.line(_skip_text()))
+    return set(skip or ()) | {BF16_AUTOTUNE_OP}
 
 
 def _warn_bf16_route() -> None:
@@ -220,25 +397,30 @@ def _warn_bf16_route() -> None:
         # the user's own route to TRT-LLM is not followed: a warning, as for an explicit --moe-backend
         get_log().warning_once(
             "moe-env-route",
-            decision().line("VLLM_FLASHINFER_MOE_BACKEND=latency (TRT-LLM) with VLLM_USE_FLASHINFER_MOE_FP16=1 "
-                            "not followed; vLLM selects its next BF16 MoE backend"),
+            decision("bf16").line("VLLM_FLASHINFER_MOE_BACKEND=latency (TRT-LLM) with VLLM_USE_FLASHINFER_MOE_FP16=1 "
+                                  "not followed; vLLM selects its next BF16 MoE backend"),
         )
 
 
-def _blocking_gate(what: str, key: str, message: str, also=None):
-    """A wrapper factory for a ``_supports_current_device`` gate that does not ask TARGET:
-    where the guard blocks, the gate answers False (one info line, when the original would
-    have said True, then ``also()``); elsewhere the original answers."""
+def _blocking_gate(what: str, key: str, message: str, also=None, op: str | None = None):
+    """A wrapper factory for a ``_supports_current_device`` gate of ``op``'s experts: where
+    the guard blocks ``op``, the gate answers False (one info line, when the original would
+    have said True, then ``also()``); elsewhere the original answers, and where it says True
+    the table's warning or note for ``op`` is said once."""
 
     def make(orig):
         def _supports_current_device(*args, **kwargs) -> bool:
-            if decision().block:
+            d = decision(op)
+            if d.block:
                 if guarded(get_log(), "moe", what, orig, *args, default=False, **kwargs):
-                    get_log().info_once(key, decision().line(message))
+                    get_log().info_once(key, d.line(message))
                     if also is not None:
                         also()
                 return False
-            return orig(*args, **kwargs)
+            answer = orig(*args, **kwargs)
+            if answer:
+                guarded(get_log(), "moe", what, _considered, d, op or "every op")
+            return answer
 
         return _supports_current_device
 
@@ -259,20 +441,17 @@ def _on_mxfp4(module) -> None:
 
 
 def _patch_mxfp4(module) -> None:
-    if not decision().block:
+    if potential("mxfp4").action not in ("block", "warn", "on"):
         return
-    classes = [
-        obj for obj in vars(module).values()
-        if isinstance(obj, type) and obj.__module__ == module.__name__
-        and callable(getattr(obj, "_supports_current_device", None))  # own or inherited
-    ]
+    classes = _gated_classes(module)
     if not classes:
-        _not_applicable(f"{MXFP4} experts' _supports_current_device")
+        _not_applicable(f"{MXFP4} experts' _supports_current_device", op="mxfp4")
         return
 
     make = _blocking_gate(
         "moe guard (MXFP4)", "moe-block-mxfp4",
-        "FlashInfer TRT-LLM MXFP4 MoE experts reported unsupported; vLLM selects its next MXFP4 backend")
+        "FlashInfer TRT-LLM MXFP4 MoE experts reported unsupported; vLLM selects its next MXFP4 backend",
+        op="mxfp4")
 
     for cls in classes:
         _patches.wrap(cls, "_supports_current_device", make)
@@ -285,7 +464,7 @@ def _on_fi_utils(module) -> None:
 
 
 def _patch_fi_utils(module) -> None:
-    if not decision().block:
+    if not potential().block:
         return
     enum = getattr(module, "FlashinferMoeBackend", None)
     fn = getattr(module, "get_flashinfer_moe_backend", None)
@@ -330,7 +509,7 @@ class _EnvsView:
 
     def _hidden(self, name: str) -> bool:
         sm10x_only = MXFP4_ENV_ROUTES.get(name)
-        if sm10x_only is None or not decision().block:
+        if sm10x_only is None or not decision("mxfp4").block:
             return False
         try:
             if not self._real.is_set(name) or not getattr(self._real, name):
@@ -345,7 +524,8 @@ class _EnvsView:
                 pass
         get_log().warning_once(
             "moe-mxfp4-route:" + name,
-            decision().line(f"{name}=1 (FlashInfer TRT-LLM MXFP4 MoE) ignored; vLLM selects its next MXFP4 backend"),
+            decision("mxfp4").line(f"{name}=1 (FlashInfer TRT-LLM MXFP4 MoE) ignored; "
+                                   "vLLM selects its next MXFP4 backend"),
         )
         return True
 
@@ -364,7 +544,7 @@ def _on_mxfp4_oracle(module) -> None:
 
 
 def _patch_mxfp4_oracle(module) -> None:
-    if not decision().block:
+    if not potential("mxfp4").block:
         return
     real = getattr(module, "envs", None)
     if real is None or isinstance(real, _EnvsView) or not callable(getattr(real, "is_set", None)):
@@ -392,7 +572,7 @@ def _on_arg_utils(module) -> None:
 
 
 def _patch_arg_utils(module) -> None:
-    if not decision().block:
+    if not _may_block():
         return
     cls = getattr(module, "EngineArgs", None)
     if cls is None or not callable(getattr(cls, "create_engine_config", None)):
@@ -410,18 +590,33 @@ def _patch_arg_utils(module) -> None:
     _patches.wrap(cls, "create_engine_config", make)
 
 
+def _op_of(model_config):
+    """The TRT-LLM MoE op a model's experts run, from its quantization (None: unknown)."""
+    if model_config is None:
+        return None
+    quant = getattr(model_config, "quantization", None)
+    return QUANT_OPS.get(quant) if quant in QUANT_OPS else None
+
+
 def rewrite_moe_backend(config) -> list[str]:
-    """Replace an explicit ``flashinfer_trtllm`` MoE backend by ``auto``."""
+    """Replace an explicit ``flashinfer_trtllm`` MoE backend by ``auto`` where the guard
+    blocks the op the model (or its draft) runs."""
     changed = []
-    if not decision().block:
-        return changed
-    for owner_name, flag in (("kernel_config", "--moe-backend"), ("speculative_config", "speculative_config.moe_backend")):
+    main_op = _op_of(getattr(config, "model_config", None))
+    spec = getattr(config, "speculative_config", None)
+    draft_op = _op_of(getattr(spec, "draft_model_config", None)) if spec is not None else None
+    for owner_name, flag, op in (("kernel_config", "--moe-backend", main_op),
+                                 ("speculative_config", "speculative_config.moe_backend", draft_op or main_op)):
         owner = getattr(config, owner_name, None)
-        if owner is not None and getattr(owner, "moe_backend", None) == "flashinfer_trtllm":
-            owner.moe_backend = "auto"
-            changed.append(owner_name)
-            get_log().warning_once(
-                "moe-rewrite:" + owner_name,
-                decision().line(f"TRT-LLM fused MoE disabled; {flag} flashinfer_trtllm replaced by auto"),
-            )
+        if owner is None or getattr(owner, "moe_backend", None) != "flashinfer_trtllm":
+            continue
+        d = decision(op)
+        if not d.block:
+            continue
+        owner.moe_backend = "auto"
+        changed.append(owner_name)
+        get_log().warning_once(
+            "moe-rewrite:" + owner_name,
+            d.line(f"TRT-LLM fused MoE disabled; {flag} flashinfer_trtllm replaced by auto"),
+        )
     return changed

@@ -115,7 +115,7 @@ def test_doctor_runs_and_reports_bad_env():
     env = dict(os.environ, FLASHINFER_GUARD_MOE="sometimes")
     r = run("doctor", env=env)
     assert r.returncode == 0
-    assert "FLASHINFER_GUARD_MOE" in r.stdout and "auto, on or off" in r.stdout
+    assert "FLASHINFER_GUARD_MOE" in r.stdout and "auto, strict, on or off" in r.stdout
     assert "moe guard" in r.stdout and "entry point vllm.general_plugins" in r.stdout
 
 

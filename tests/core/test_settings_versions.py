@@ -21,7 +21,7 @@ def test_workspace_sizes(raw, expect):
 
 @pytest.mark.parametrize("var,value,accepted", [
     (S.MASTER, "maybe", "1 or 0"),
-    (S.MOE, "sometimes", "auto, on or off"),
+    (S.MOE, "sometimes", "auto, strict, on or off"),
     (S.MOE_FIXED_IN, "next-year", "a version"),
     (S.WORKSPACE, "huge", "auto, exact, off or a size"),
     (S.WORKSPACE, "-5MiB", "auto, exact, off or a size"),

@@ -122,7 +122,10 @@ def test_moe_policy():
     auto = load_settings({})
     assert decide_moe(auto, machine="aarch64", flashinfer_version="0.6.12").block
     d = decide_moe(auto, machine="aarch64", flashinfer_version="0.6.12")
-    assert d.line("x") == "[flashinfer-guard] moe: aarch64 with FlashInfer 0.6.12 < 0.6.16: x"
+    # the line names the host, the release, the GPU family and the evidence row (issue 20)
+    assert d.line("x") == ("[flashinfer-guard] moe: aarch64 with FlashInfer 0.6.12 < 0.6.16 on GPU unknown "
+                           "(assumed SM10x), every MoE op [evidence route-map-oob-grace: vLLM #46861, #45285, FlashInfer #3530; "
+                           "cause FlashInfer #4237, fixed in 0.6.16]: x")
     assert not decide_moe(auto, machine="aarch64", flashinfer_version="0.6.16").block
     assert not decide_moe(auto, machine="x86_64", flashinfer_version="0.6.12").block
     assert not decide_moe(auto, machine="aarch64", flashinfer_version=None).block

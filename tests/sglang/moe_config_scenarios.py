@@ -74,6 +74,7 @@ def resolved(sa) -> dict:
 
 
 def build(opts) -> dict:
+    base.fake_moe_inputs(opts)
     out = base.load_guard()
     base.setup_logging()
     machine = opts.get("machine", "aarch64")

@@ -291,6 +291,38 @@ def fake_machine(machine):
     platform.machine = lambda: machine
 
 
+GPU_NAMES = {(10, 0): "NVIDIA B200", (10, 3): "NVIDIA B300", (12, 0): "NVIDIA RTX PRO 6000 Blackwell",
+             (9, 0): "NVIDIA H100 80GB HBM3"}
+
+
+def fake_moe_inputs(opts):
+    """What flashinfer-guard's MoE decision reads, simulated: the GPU (``cc``: "10.0", its
+    seam guard_core.gpus.detect_gpu) and the FlashInfer release (``fi``:
+    guard_core.versions.flashinfer_version). SGLang's own code sees neither."""
+    cc = opts.get("cc")
+    if cc:
+        import guard_core.gpus as gpus
+
+        major, minor = (int(x) for x in cc.split("."))
+        gpu = gpus.Gpu(GPU_NAMES.get((major, minor), "NVIDIA GPU"), 148, (major, minor))
+        gpus.detect_gpu = lambda device=None: gpu
+    fi = opts.get("fi")
+    if fi:
+        import guard_core.versions as gv
+
+        gv.flashinfer_version = lambda: fi
+
+
+def autotune_skip_ops():
+    """What this SGLang's FlashInfer autotune would skip (its own
+    get_flashinfer_autotune_skip_ops, 0.5.23), or "absent"."""
+    try:
+        from sglang.srt.model_executor.runner.flashinfer_autotune import get_flashinfer_autotune_skip_ops
+    except Exception as exc:
+        return f"absent ({type(exc).__name__})"
+    return sorted(get_flashinfer_autotune_skip_ops(None))
+
+
 def _sm100(monkey_machine):
     """aarch64 (platform.machine) and an SM100 GPU as SGLang's server_args sees it."""
     import sglang.srt.server_args as sam
@@ -311,6 +343,7 @@ def _sm100(monkey_machine):
 
 
 def sc_moe_server_args(opts):
+    fake_moe_inputs(opts)
     out = load_guard()
     setup_logging()
     _sm100(opts.get("machine", "aarch64"))
@@ -327,6 +360,7 @@ def sc_moe_server_args(opts):
 
 def sc_moe_runtime(opts):
     """initialize_moe_config in a scheduler: NVFP4 auto (or an explicit backend)."""
+    fake_moe_inputs(opts)
     out = load_guard()
     setup_logging()
     from sglang.srt.layers.moe import utils as mu
@@ -359,6 +393,7 @@ def sc_moe_runtime(opts):
     out["runner_backend"] = mu.get_moe_runner_backend().value
     spec = getattr(mu, "get_speculative_moe_runner_backend", None)
     out["speculative_runner_backend"] = spec().value if spec else None
+    out["skip_ops"] = autotune_skip_ops()
     return out
 
 

@@ -63,15 +63,59 @@ def test_explicit_request_on_aarch64_auto():
 
 
 def test_x86_auto_is_untouched_and_quiet():
-    run = config(machine="x86_64", explicit=True)
+    """x86 with an SM100 GPU: the backend is SGLang's; before FlashInfer 0.6.16 (the
+    route-map read, FlashInfer #4237/#4288, is in the release on every host) one WARNING
+    says so and names the switch, from 0.6.16 nothing is said at INFO."""
+    run = config(machine="x86_64", explicit=True, cc="10.0")
     assert run.result["resolved"]["moe_runner_backend"] == "flashinfer_trtllm"
     assert run.result["declared_by_guard"] == []
-    assert run.lines("moe") == []  # the stand-down on an unaffected host is a debug line
+    if GUARDS:
+        (line,) = {l.split("] ", 1)[-1] for l in run.lines("moe")}
+        assert "route-map-oob:" in line and "FLASHINFER_GUARD_MOE=strict" in line and "kept" in line
+    else:
+        assert run.lines("moe") == []  # the stand-down on an unaffected host is a debug line
 
 
 def test_x86_auto_stand_down_visible_at_debug():
-    run = config(env={"FLASHINFER_GUARD_LOG": "debug"}, machine="x86_64", explicit=True)
+    run = config(env={"FLASHINFER_GUARD_LOG": "debug"}, machine="x86_64", explicit=True, cc="9.0")
     assert any("x86_64 host" in l and "kept" in l for l in run.lines("moe"))
+
+
+# --- one test per evidence-table row at configuration time (issue 20) ------------------------
+# Explicit --moe-runner-backend flashinfer_trtllm with an FP8 DeepSeek checkpoint; the GPU
+# and the FlashInfer release the guard reads are simulated (cc, fi); expected: the issue's
+# rules (Grace + SM10x + < 0.6.16 blocks; any host warns, strict blocks; never off SM10x).
+
+def test_row_route_map_oob_grace_blocks():
+    run = config(machine="aarch64", explicit=True, cc="10.0", fi="0.6.15.post1")
+    assert run.result["resolved"]["moe_runner_backend"] == "triton"
+    (line,) = [l for l in _warnings(run) if "--moe-runner-backend" in l]
+    assert "aarch64 with FlashInfer 0.6.15.post1 < 0.6.16 on SM100, fp8 MoE" in line
+    assert "route-map-oob-grace:" in line and "requested explicitly) replaced by triton" in line
+
+
+def test_row_route_map_oob_any_host_warns():
+    run = config(machine="x86_64", explicit=True, cc="10.3", fi="0.6.15.post1")
+    assert run.result["resolved"]["moe_runner_backend"] == "flashinfer_trtllm"
+    assert _warnings(run) == [] and run.result["declared_by_guard"] == []
+    (line,) = {l.split("] ", 1)[-1] for l in run.lines("moe")}
+    assert "x86_64 with FlashInfer 0.6.15.post1 < 0.6.16 on SM103" in line and "#4237" in line
+    assert "FLASHINFER_GUARD_MOE=strict" in line
+
+
+def test_row_route_map_oob_strict_blocks():
+    run = config(env={"FLASHINFER_GUARD_MOE": "strict"}, machine="x86_64", explicit=True, cc="10.0",
+                 fi="0.6.15.post1")
+    assert run.result["resolved"]["moe_runner_backend"] == "triton"
+    (line,) = [l for l in _warnings(run) if "--moe-runner-backend" in l]
+    assert "FLASHINFER_GUARD_MOE=strict, evidence route-map-oob:" in line
+
+
+def test_row_never_off_sm10x():
+    run = config(env={"FLASHINFER_GUARD_MOE": "strict"}, machine="aarch64", explicit=True, cc="12.0",
+                 fi="0.6.15.post1")
+    assert run.result["resolved"]["moe_runner_backend"] == "flashinfer_trtllm"
+    assert run.result["declared_by_guard"] == [] and run.lines("moe") == []
 
 
 @pytest.mark.parametrize("machine", ["aarch64"])

@@ -44,6 +44,23 @@ SCENARIOS: dict[str, tuple[list[str], dict[str, str]]] = {
     "moe_mxfp4_route_baseline": (["moe_env_route", "--machine", "aarch64", "--no-plugins"],
                                  {"VLLM_USE_FLASHINFER_MOE_MXFP4_BF16": "1", "VLLM_PLUGINS": ""}),
     "moe_broken_hook": (["moe", "--machine", "aarch64"], {"FG_TEST_BREAK_MOE": "1"}),
+    # one per evidence-table row (guard_core.moe_evidence), on the real selection code: the
+    # host, the GPU family (--cc) and the FlashInfer release the guard reads (--fi) simulated
+    "moe_row_grace": (["moe", "--machine", "aarch64", "--explicit", "--fi", "0.6.15.post1"], AUTO),
+    "moe_row_any_host": (["moe", "--machine", "x86_64", "--explicit", "--fi", "0.6.15.post1"], AUTO),
+    "moe_row_any_host_strict": (["moe", "--machine", "x86_64", "--explicit", "--fi", "0.6.15.post1"],
+                                {"FLASHINFER_GUARD_MOE": "strict"}),
+    "moe_row_any_host_b300_strict": (["moe", "--machine", "x86_64", "--cc", "10.3", "--fi", "0.6.15.post1"],
+                                     {"FLASHINFER_GUARD_MOE": "strict"}),
+    "moe_row_sm120_arm_strict": (["moe", "--machine", "aarch64", "--explicit", "--cc", "12.0", "--fi", "0.6.15.post1"],
+                                 {"FLASHINFER_GUARD_MOE": "strict"}),
+    "moe_baseline_sm120": (["moe", "--machine", "aarch64", "--explicit", "--cc", "12.0", "--no-plugins"],
+                           {"VLLM_PLUGINS": ""}),
+    "moe_row_bf16": (["moe", "--machine", "x86_64", "--fi", "0.6.17"], AUTO),
+    "moe_row_bf16_strict": (["moe", "--machine", "x86_64", "--explicit", "--fi", "0.6.17"],
+                            {"FLASHINFER_GUARD_MOE": "strict"}),
+    "moe_row_bf16_strict_user": (["moe", "--machine", "x86_64", "--fi", "0.6.17"],
+                                 {"FLASHINFER_GUARD_MOE": "strict", "VLLM_FLASHINFER_AUTOTUNE_SKIP_OPS": "fp4_gemm"}),
     "ws": (["workspace", "--fake-gpu"], AUTO),
     "ws_baseline": (["workspace", "--fake-gpu", "--no-plugins"], AUTO),
     "ws1024": (["workspace", "--fake-gpu", "--capture", "1024"], AUTO),
@@ -68,6 +85,7 @@ SCENARIOS: dict[str, tuple[list[str], dict[str, str]]] = {
 }
 
 _OURS = ("FLASHINFER_GUARD", "VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE", "VLLM_USE_FLASHINFER_MOE",
+         "VLLM_FLASHINFER_AUTOTUNE_SKIP_OPS",
          "VLLM_FLASHINFER_MOE", "VLLM_TARGET_DEVICE", "VLLM_PLUGINS", "FG_TEST_")
 
 

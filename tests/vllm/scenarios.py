@@ -15,6 +15,13 @@ What is faked, and why (nothing else is):
   CUDA graphs (so the config keeps FULL decode graphs as on a GPU) and that
   pinned memory is unavailable (pinning needs a CUDA driver).
 - the CPU architecture: ``platform.machine`` (no Grace host here).
+- for the MoE scenarios, ``--cc`` (default 10.0): the compute capability the
+  faked CUDA platform reports, and the GPU flashinfer-guard's seam
+  ``guard_core.gpus.detect_gpu`` reports before that platform is in place (the
+  engine config is built on vLLM's CPU platform); ``--fi``: the FlashInfer
+  release flashinfer-guard reads (``guard_core.versions.flashinfer_version``),
+  to put an evidence-table row in force on a line whose pinned FlashInfer lies
+  outside it. vLLM's own code is untouched by either.
 - the GPU's SM count and compute capability: through flashinfer-guard's own
   seam ``guard_core.gpus.detect_gpu`` (torch has no device properties on CPU).
 The workspace buffer itself is a real torch tensor on the CPU device.
@@ -92,10 +99,33 @@ def fake_gpu(spec=TEST_GPU) -> None:
 
 # --- MoE --------------------------------------------------------------------
 
+MOE_CC = (10, 0)  # --cc
+GPU_NAMES = {(10, 0): "NVIDIA B200", (10, 3): "NVIDIA B300", (12, 0): "NVIDIA RTX PRO 6000 Blackwell",
+             (12, 1): "NVIDIA GB10", (9, 0): "NVIDIA H100 80GB HBM3"}
+
+
+def fake_moe_gpu(cc: str | None) -> None:
+    """The GPU of the MoE scenario (see the module docstring)."""
+    global MOE_CC
+    if cc:
+        major, minor = (int(x) for x in cc.split("."))
+        MOE_CC = (major, minor)
+    fake_gpu((GPU_NAMES.get(MOE_CC, "NVIDIA GPU"), 148, MOE_CC))
+
+
+def fake_flashinfer(version: str | None) -> None:
+    if version:
+        import guard_core.versions as gv
+
+        gv.flashinfer_version = lambda: version
+
+
 def make_sm100_platform():
-    """Switch vLLM's platform object to a CUDA platform reporting SM100."""
+    """Switch vLLM's platform object to a CUDA platform reporting ``MOE_CC`` (SM100 by default)."""
     import vllm.platforms as vp
     from vllm.platforms.interface import DeviceCapability, Platform, PlatformEnum
+
+    major, minor = MOE_CC
 
     class FakeSM100Cuda(Platform):
         _enum = PlatformEnum.CUDA
@@ -106,18 +136,19 @@ def make_sm100_platform():
 
         @classmethod
         def get_device_capability(cls, device_id: int = 0):
-            return DeviceCapability(10, 0)
+            return DeviceCapability(major, minor)
 
         @classmethod
         def get_device_name(cls, device_id: int = 0) -> str:
-            return "NVIDIA B200"
+            return GPU_NAMES.get((major, minor), "NVIDIA GPU")
 
         @classmethod
         def is_pin_memory_available(cls) -> bool:
             return False
 
     vp.current_platform.__class__ = FakeSM100Cuda
-    assert vp.current_platform.is_cuda() and vp.current_platform.is_device_capability_family(100)
+    assert vp.current_platform.is_cuda()
+    assert vp.current_platform.is_device_capability_family(100) == (major == 10)
 
 
 def moe_config(backend: str = "auto", activation: str = "SILU"):
@@ -182,6 +213,11 @@ def import_moe_modules() -> None:
     import vllm.model_executor.layers.fused_moe.oracle.nvfp4  # noqa: F401
     import vllm.model_executor.layers.fused_moe.oracle.unquantized  # noqa: F401
     import vllm.model_executor.layers.quantization.utils.quant_utils  # noqa: F401
+    try:  # 0.29+: the warm-up step with the per-op autotune skip list (imported before the
+        # platform is switched to the faked CUDA one, as vLLM's worker imports it on a GPU)
+        import vllm.model_executor.warmup.kernel_warmup  # noqa: F401
+    except Exception as exc:
+        print(f"kernel_warmup: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
 def mxfp4_supported() -> dict:
@@ -210,8 +246,31 @@ def engine_config(moe_backend: str | None = None, **extra):
     return EngineArgs(**kw).create_engine_config()
 
 
+def autotune_skip_ops():
+    """What this vLLM's warm-up would skip when autotuning (0.29+: kernel_warmup's own
+    ``_flashinfer_autotune_skip_ops``, called with a model that has no CuTe-DSL NVFP4
+    linear layer); "absent" where the line has no such step."""
+    try:
+        import vllm.model_executor.warmup.kernel_warmup as kw
+    except Exception as exc:
+        return f"absent ({type(exc).__name__})"
+    fn = getattr(kw, "_flashinfer_autotune_skip_ops", None)
+    if fn is None:
+        return "absent"
+    import torch
+
+    class Runner:
+        def get_model(self):
+            return torch.nn.Sequential(torch.nn.Linear(2, 2))
+
+    out = fn(Runner())
+    return None if out is None else sorted(out)
+
+
 def sc_moe(args) -> None:
     fake_machine(args.machine)
+    fake_moe_gpu(args.cc)
+    fake_flashinfer(args.fi)
     if os.environ.get("FG_TEST_BREAK_MOE"):
         # fault injection: the core's MoE policy raises inside our hook
         import guard_core.decisions
@@ -231,11 +290,13 @@ def sc_moe(args) -> None:
 
     out = dict(
         machine=platform.machine(),
+        cc=list(MOE_CC),
         wrapped=bool(getattr(fi.has_flashinfer_trtllm_fused_moe, "__flashinfer_guard__", False)),
         has_trtllm=fi.has_flashinfer_trtllm_fused_moe(),
         cache_clear=callable(getattr(fi.has_flashinfer_trtllm_fused_moe, "cache_clear", None)),
         auto=select_all("auto"),
         mxfp4=mxfp4_supported(),
+        skip_ops=autotune_skip_ops(),
     )
     if args.explicit:
         out["config_backend"] = config_backend
@@ -254,6 +315,8 @@ def sc_moe(args) -> None:
 def sc_moe_env_route(args) -> None:
     """VLLM_USE_FLASHINFER_MOE_FP16=1 + VLLM_FLASHINFER_MOE_BACKEND=latency."""
     fake_machine(args.machine)
+    fake_moe_gpu(args.cc)
+    fake_flashinfer(args.fi)
     if not args.no_plugins:
         load_plugins()
     # the MXFP4 oracle reads the model's quantization config from the current vLLM config
@@ -514,6 +577,8 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser()
     p.add_argument("name", choices=sorted(SCENARIOS))
     p.add_argument("--machine")
+    p.add_argument("--cc", help="MoE scenarios: the GPU's compute capability, e.g. 10.0, 10.3, 12.0")
+    p.add_argument("--fi", help="MoE scenarios: the FlashInfer release flashinfer-guard reads")
     p.add_argument("--explicit", action="store_true")
     p.add_argument("--no-plugins", action="store_true")
     p.add_argument("--fake-gpu", action="store_true")

@@ -33,6 +33,11 @@ def moe_blocked_on_arm(fi: str) -> bool:
     return version_lt(fi, "0.6.16")
 
 
+def route_map_oob(fi: str) -> bool:
+    """FlashInfer before the route-map pad (#4237, cherry-picked as #4288: first in v0.6.16)."""
+    return version_lt(fi, "0.6.16")
+
+
 def workspace_short(fi: str) -> bool:
     return version_lt(fi, "0.7.1")
 
@@ -72,22 +77,36 @@ def test_loading_twice_patches_once(pool):
 
 # --- MoE guard --------------------------------------------------------------------
 
-@uses("moe_x86", "moe_baseline")
-def test_moe_x86_auto_changes_nothing(pool):
+@uses("moe_x86", "moe_baseline", "versions")
+def test_moe_x86_auto_changes_nothing(pool, versions):
     run = pool.get("moe_x86")
     r, base = run.ok(), pool.get("moe_baseline").ok()
     # vLLM alone (SM100, FlashInfer's TRT-LLM MoE present) picks TRT-LLM: the premise of the
     # arm tests. Which kinds go there by default is the line's own choice (0.19 sends BF16
     # to TRT-LLM only through the env route, FP8 to CUTLASS); NVFP4 goes there on every line.
     assert base["has_trtllm"] is True and base["auto"]["nvfp4"] == "FLASHINFER_TRTLLM"
-    assert r["wrapped"] is False and r["has_trtllm"] is True
+    assert r["has_trtllm"] is True
     assert r["auto"] == base["auto"]
     assert r["config_backend"] == "flashinfer_trtllm"
     assert r["explicit"] == base["explicit"]
     assert all(r["mxfp4"].values())
+    fi = versions["flashinfer"]
+    if route_map_oob(fi):
+        # FlashInfer #4237/#4288: the route-map out-of-bounds read is in this release on every
+        # host; the x86 default keeps the backend and says so once, naming the switch
+        (warn,) = run.lines("WARNING")
+        assert "[flashinfer-guard] moe:" in warn and "route-map-oob:" in warn and "#4237" in warn
+        assert f"FlashInfer {fi} < 0.6.16 on SM100" in warn and "FLASHINFER_GUARD_MOE=strict" in warn
+        return
+    assert r["wrapped"] is False
     assert run.lines("WARNING") == []
-    # an x86 host is never affected: its stand-down is a debug line, not INFO
-    assert run.lines("INFO", "moe") == []
+    # the open BF16 reports: one INFO line when vLLM considers the BF16 TRT-LLM experts;
+    # the shared gate's stand-down on x86 is a debug line
+    info = run.lines("INFO", "moe")
+    if base["auto"]["bf16"] == "FLASHINFER_TRTLLM":
+        assert len(info) == 1 and "bf16-open:" in info[0] and "#4919" in info[0] and "bf16 MoE" in info[0]
+    else:
+        assert info == []
 
 
 @uses("moe_arm", "moe_x86", "versions")
@@ -100,7 +119,7 @@ def test_moe_aarch64_auto(pool, versions):
         assert r["wrapped"] is False
         assert r["auto"] == pool.get("moe_x86").ok()["auto"]
         assert r["config_backend"] == "flashinfer_trtllm"
-        ok = run.lines("INFO", "moe")
+        ok = [l for l in run.lines("INFO", "moe") if "moe: ok," in l]
         assert len(ok) == 1 and "moe: ok, aarch64 with FlashInfer" in ok[0] and ">= 0.6.16" in ok[0]
         assert run.lines("WARNING") == []
         return
@@ -210,6 +229,130 @@ def test_moe_hook_raising_fails_open(pool):
     assert r["auto"] == pool.get("moe_arm_off").ok()["auto"]  # as without the guard
     warn = run.lines("WARNING")
     assert len(warn) == 1 and "internal error" in warn[0] and "injected fault" in warn[0]
+
+
+# --- one test per evidence-table row, on vLLM's real selection code (issue 20) ---------------
+# The expected backends are vLLM's own (the baseline scenarios, vLLM without the plugin)
+# and the rules of the issue: Grace + SM10x + FlashInfer < 0.6.16 blocks; any host with
+# SM10x < 0.6.16 warns (strict blocks); BF16 from 0.6.16 is an INFO line (strict skips its
+# autotune sweep where vLLM can, else blocks BF16 only); nothing off SM10x.
+
+BF16_OP = "flashinfer::trtllm_bf16_moe"  # FlashInfer fused_moe/core.py autotuner op name
+
+
+def _no_trtllm(r):
+    for kind, backend in r["auto"].items():
+        assert "TRTLLM" not in backend and not backend.startswith("raises"), (kind, backend)
+    assert not any(r["mxfp4"].values())
+
+
+def _can_skip(base) -> bool:
+    """Whether this vLLM's warm-up has a per-op autotune skip list (0.29+)."""
+    return not str(base["skip_ops"]).startswith("absent")
+
+
+@uses("moe_row_grace")
+def test_row_route_map_oob_grace_blocks(pool):
+    run = pool.get("moe_row_grace")
+    r = run.ok()
+    _no_trtllm(r)
+    assert r["config_backend"] == "auto" and r["explicit"] == r["auto"]
+    (warn,) = run.lines("WARNING", "moe")
+    assert "aarch64 with FlashInfer 0.6.15.post1 < 0.6.16 on SM100" in warn
+    assert "route-map-oob-grace:" in warn and "#46861" in warn and "replaced by auto" in warn
+
+
+@uses("moe_row_any_host", "moe_baseline")
+def test_row_route_map_oob_any_host_warns(pool):
+    run = pool.get("moe_row_any_host")
+    r, base = run.ok(), pool.get("moe_baseline").ok()
+    assert r["auto"] == base["auto"] and r["mxfp4"] == base["mxfp4"]
+    assert r["config_backend"] == "flashinfer_trtllm" and r["explicit"] == base["explicit"]
+    (warn,) = run.lines("WARNING")
+    assert "x86_64 with FlashInfer 0.6.15.post1 < 0.6.16 on SM100" in warn
+    assert "route-map-oob:" in warn and "#4237" in warn and "FLASHINFER_GUARD_MOE=strict" in warn
+
+
+@uses("moe_row_any_host_strict")
+def test_row_route_map_oob_strict_blocks(pool):
+    run = pool.get("moe_row_any_host_strict")
+    r = run.ok()
+    _no_trtllm(r)
+    assert r["config_backend"] == "auto" and r["explicit"] == r["auto"]
+    (warn,) = run.lines("WARNING", "moe")
+    assert "FLASHINFER_GUARD_MOE=strict, evidence route-map-oob:" in warn and "replaced by auto" in warn
+
+
+@uses("moe_row_any_host_b300_strict")
+def test_row_route_map_oob_b300(pool):
+    run = pool.get("moe_row_any_host_b300_strict")
+    r = run.ok()
+    assert r["cc"] == [10, 3]
+    _no_trtllm(r)
+    assert any("on SM103" in l and "route-map-oob:" in l for l in run.lines("INFO", "moe"))
+
+
+@uses("moe_row_sm120_arm_strict", "moe_baseline_sm120")
+def test_row_never_off_sm10x(pool):
+    """RTX PRO 6000 (SM120) on an aarch64 host, strict, FlashInfer before the fix: the path
+    is unreachable there; vLLM decides alone (its own error for an explicit request)."""
+    run = pool.get("moe_row_sm120_arm_strict")
+    r, base = run.ok(), pool.get("moe_baseline_sm120").ok()
+    # (the shared gate may be wrapped before the GPU is known; it answers as vLLM's own)
+    assert r["cc"] == [12, 0] and r["has_trtllm"] == base["has_trtllm"]
+    assert r["auto"] == base["auto"] and r["mxfp4"] == base["mxfp4"]
+    assert r["config_backend"] == base["config_backend"] == "flashinfer_trtllm"
+    assert r["explicit"] == base["explicit"]
+    assert run.lines("WARNING", "moe") == [] and run.lines("INFO", "moe") == []
+
+
+@uses("moe_row_bf16", "moe_baseline")
+def test_row_bf16_open_default_only_says_so(pool):
+    run = pool.get("moe_row_bf16")
+    r, base = run.ok(), pool.get("moe_baseline").ok()
+    assert r["auto"] == base["auto"] and r["skip_ops"] == base["skip_ops"]
+    assert run.lines("WARNING") == []
+    info = run.lines("INFO", "moe")
+    if base["auto"]["bf16"] != "FLASHINFER_TRTLLM":
+        assert info == []  # vLLM never considers the BF16 TRT-LLM experts here
+        return
+    (line,) = info
+    assert "FlashInfer 0.6.17 on SM100, bf16 MoE" in line and "bf16-open:" in line
+    for ref in ("#4919", "#30209", "#7004", "#4157"):
+        assert ref in line
+
+
+@uses("moe_row_bf16_strict", "moe_baseline")
+def test_row_bf16_open_strict(pool):
+    run = pool.get("moe_row_bf16_strict")
+    r, base = run.ok(), pool.get("moe_baseline").ok()
+    if _can_skip(base):
+        # vLLM 0.29+: BF16 stays on TRT-LLM, its autotune sweep is skipped, vLLM's own
+        # default skips kept
+        assert r["auto"] == base["auto"] and r["config_backend"] == "flashinfer_trtllm"
+        assert BF16_OP in r["skip_ops"] and set(r["skip_ops"]) - {BF16_OP} == set(base["skip_ops"] or ())
+        assert run.lines("WARNING", "moe") == []
+        assert any("skipping its autotune sweep" in l and "VLLM_FLASHINFER_AUTOTUNE_SKIP_OPS" in l
+                   for l in run.lines("INFO", "moe"))
+        return
+    # no per-op skip on this line: BF16 leaves TRT-LLM, the other ops stay where vLLM puts them
+    assert "TRTLLM" not in r["auto"]["bf16"] and not r["auto"]["bf16"].startswith("raises")
+    assert r["auto"]["fp8"] == base["auto"]["fp8"] and r["auto"]["nvfp4"] == base["auto"]["nvfp4"]
+    assert r["config_backend"] == "auto"  # the test model is BF16
+    (warn,) = run.lines("WARNING", "moe")
+    assert "bf16-open:" in warn and "replaced by auto" in warn
+
+
+@uses("moe_row_bf16_strict_user", "moe_baseline")
+def test_row_bf16_strict_keeps_the_users_skip_list(pool):
+    run = pool.get("moe_row_bf16_strict_user")
+    r, base = run.ok(), pool.get("moe_baseline").ok()
+    if not _can_skip(base):
+        assert "TRTLLM" not in r["auto"]["bf16"]
+        return
+    assert r["skip_ops"] == ["fp4_gemm"]  # the user's value, as vLLM parses it
+    assert r["auto"] == base["auto"]
+    assert any("kept as set" in l for l in run.lines("INFO", "moe"))
 
 
 # --- workspace guard -----------------------------------------------------------------
