@@ -410,6 +410,8 @@ def load_yaml(path: str) -> dict:
             text = fh.read()
     except OSError as exc:
         raise LaunchError(f"--config {path!r} in the launch command: cannot read it ({exc.strerror})") from None
+    except (ValueError, UnicodeError) as exc:  # a NUL byte in the path, a file that is not UTF-8
+        raise LaunchError(f"--config {path!r} in the launch command: cannot read it ({type(exc).__name__})") from None
     check_json_text(f"--config {path}", text)
     try:
         import yaml  # noqa: F401

@@ -9,7 +9,7 @@ spellings the servers treat alike (vLLM: `_` for `-`, `--opt=value`, option orde
 
 from __future__ import annotations
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from guard_core.launch import LaunchError, parse_launch
 
@@ -25,6 +25,9 @@ WORDS = st.sampled_from(["--tp", "-tp", "--max-num-seqs", "--cudagraph-capture-s
 
 @settings(max_examples=300, deadline=None)
 @given(st.sampled_from(HEADS), st.lists(st.one_of(WORDS, st.text(max_size=12)), max_size=12))
+# found by this test in the final run of the merged branch: a NUL byte in a --config path
+@example(["vllm", "serve"], ["--config", "\x00"])
+@example(["sglang", "serve"], ["--config", "\x00"])
 def test_any_command_reads_or_is_one_error_line(head, tail):
     try:
         parse_launch(head + tail, environ={})
