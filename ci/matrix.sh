@@ -62,7 +62,8 @@ for line in "${lines[@]}"; do
       "$py" -m pytest -q -p no:cacheprovider tests/vllm --junitxml="$out/$line.xml" -o junit_suite_name="$line" \
       > "$out/$line.pytest.log" 2>&1 || status=1
   else
-    "$py" -m pytest -q -p no:cacheprovider -n 2 tests/sglang --junitxml="$out/$line.xml" -o junit_suite_name="$line" \
+    FLASHINFER_GUARD_DIFF_N="${FLASHINFER_GUARD_MATRIX_DIFF_N:-4}" \
+      "$py" -m pytest -q -p no:cacheprovider -n 2 tests/sglang --junitxml="$out/$line.xml" -o junit_suite_name="$line" \
       > "$out/$line.pytest.log" 2>&1 || status=1
   fi
   tail -n 1 "$out/$line.pytest.log"

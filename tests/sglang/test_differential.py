@@ -6,7 +6,7 @@ witnesses plus an independent random + greedy search. Each is compared with the 
 both directions (tests/differential/compare.py sglang_findings): no overflow, never below the
 largest real plan, never more than 1 MiB above it, no call on an unpredicted planner.
 
-FLASHINFER_GUARD_DIFF_N deployments per line (default 2), seed FLASHINFER_GUARD_DIFF_SEED.
+FLASHINFER_GUARD_DIFF_N deployments per line (default 1; ci/matrix.sh draws 4), seed FLASHINFER_GUARD_DIFF_SEED.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from tests.differential.space import (sglang_cases, sglang_deterministic_cases, 
                                       sglang_launch_command)
 
 SEED = int(os.environ.get("FLASHINFER_GUARD_DIFF_SEED", "17"))
-N = int(os.environ.get("FLASHINFER_GUARD_DIFF_N", "2"))
+N = int(os.environ.get("FLASHINFER_GUARD_DIFF_N", "1"))
 LINE = f"sglang-{md.version('sglang')}"
 CASES = sglang_cases(SEED, N)
 DET_CASES = sglang_deterministic_cases(SEED, N)
