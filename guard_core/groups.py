@@ -488,3 +488,25 @@ def read_with_server(framework: str, path: str, tp: int, environ=None) -> dict:
         return {"ok": False, "label": label, "refusal": (rows or {}).get("refusal", "no groups")}
     return {"ok": True, "label": label, "groups": rank_groups_from(rows), "use_mla": bool(res.get("use_mla")),
             "raw": res}
+
+
+def reader_main(read, server: str, prog: str, argv=None) -> int:
+    """The command line of a server's own config reader (vllm_guard/sglang_guard ``model_reader``):
+    one ``FLASHINFER_GUARD_GROUPS <json>`` line per path, never a traceback."""
+    import argparse
+    import json
+    import sys
+
+    p = argparse.ArgumentParser(prog=prog)
+    p.add_argument("path", nargs="+", help="config.json files or directories holding one; one line each")
+    p.add_argument("--tp", type=int, action="append")
+    a = p.parse_args(argv)
+    for path in a.path:
+        try:
+            res = read(path, tuple(a.tp or (1,)))
+        except Exception as exc:  # never a traceback: one line
+            res = {"ok": False, "refusal": f"{server} reader failed: {type(exc).__name__}: {exc}"[:400]}
+        res["path"] = path
+        sys.stdout.write(_MARK + json.dumps(res, default=str) + "\n")
+        sys.stdout.flush()
+    return 0

@@ -20,7 +20,6 @@ the raw JSON.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -208,21 +207,9 @@ def read(path: str, tps=(1,)) -> dict:
 
 
 def main(argv=None) -> int:
-    import argparse
+    from guard_core.groups import reader_main
 
-    p = argparse.ArgumentParser(prog="python -m vllm_guard.model_reader")
-    p.add_argument("path", nargs="+", help="config.json files or directories holding one; one line each")
-    p.add_argument("--tp", type=int, action="append")
-    a = p.parse_args(argv)
-    for path in a.path:
-        try:
-            res = read(path, tuple(a.tp or (1,)))
-        except Exception as exc:  # never a traceback: one line
-            res = {"ok": False, "refusal": f"vLLM reader failed: {type(exc).__name__}: {exc}"[:400]}
-        res["path"] = path
-        sys.stdout.write("FLASHINFER_GUARD_GROUPS " + json.dumps(res, default=str) + "\n")
-        sys.stdout.flush()
-    return 0
+    return reader_main(read, "vLLM", "python -m vllm_guard.model_reader", argv)
 
 
 if __name__ == "__main__":
