@@ -304,8 +304,11 @@ def _runner(sa, mc, kv_dtype, *, pool_size, width):
     import torch
 
     runner = _cpu.model_runner(sa, mc, kv_cache_dtype=kv_dtype, pool_size=pool_size)
-    # the real pool's req_to_token is (size, context_len); only rows/columns a batch
-    # touches are read, so an uninitialised host tensor of the needed width serves
+    # the real pool's req_to_token is (size, max context); only rows/columns a batch touches
+    # are read, so an uninitialised host tensor serves. Never narrower than the context: an
+    # eager batch with a request at the longest context the server accepts (the guard's
+    # witness) reads that whole row.
+    width = max(int(width), int(mc.context_len) + 4)
     runner.req_to_token_pool.req_to_token = torch.empty((pool_size, width), dtype=torch.int32)
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
