@@ -177,8 +177,6 @@ def _decide_workspace(
                              allocate_bytes=alloc)
 
 
-from .moe_evidence import ARM_MACHINES  # noqa: E402, F401  (re-exported: support.unaffected_moe_host)
-
 # Actions of a MoE decision: "off" (FLASHINFER_GUARD_MOE=off), "on" (=on: block everywhere),
 # "none" (nothing applies), then the evidence table's "info" < "warn" < "skip_autotune" < "block".
 _STRENGTH = {"none": 0, "info": 1, "warn": 2, "skip_autotune": 3, "block": 4}

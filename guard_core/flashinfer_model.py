@@ -35,22 +35,13 @@ from functools import lru_cache
 from typing import Iterable, NamedTuple, Sequence
 
 from . import support
-from .versions import parse_version
 
 U32 = 0xFFFFFFFF
 
 # (first release, family name) in ascending order, from the one release table
 # (guard_core.support.FLASHINFER_RELEASES).
 FAMILIES = support.families()
-
-
-def family(version: str) -> str:
-    key = parse_version(version)
-    name = FAMILIES[0][1]
-    for first, fam in FAMILIES:
-        if key >= parse_version(first):
-            name = fam
-    return name
+family = support.family  # the sizing family of a release: the release table's answer
 
 
 @dataclass(frozen=True)

@@ -40,9 +40,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
-
-class LaunchError(ValueError):
-    pass
+from .command_limits import MAX_JSON_DEPTH, LaunchError, check_json_text
+from .frameworks import framework_label
 
 
 @dataclass
@@ -112,8 +111,6 @@ READ_ENV = ("SGLANG_FLASHINFER_PREFILL_SPLIT_TILE_SIZE", "SGLANG_FLASHINFER_DECO
 BOUNDS = {"parallel": 1024, "max_num_seqs": 65536, "max_capture": 16384, "max_batched_tokens": 1 << 24,
           "max_model_len": 1 << 27, "draft_tokens": 128, "page_size": 65536}
 MAX_CAPTURE_SIZES = 1024
-MAX_JSON_DEPTH = 32  # nested JSON in a launch option (json.loads recurses)
-MAX_JSON_CHARS = 1 << 20
 MAX_TOKENS = 4096
 MAX_TOKEN_CHARS = 1 << 20
 
@@ -299,34 +296,6 @@ def _human_int(opt: str, value, hi: int, auto: bool = False) -> int | None:
             raise LaunchError(f"{opt} in the launch command must be from 1 to {hi}, got {_show(t)}")
         return v
     return _int(opt, t, hi)
-
-
-def _json_depth_ok(text: str) -> bool:
-    depth = 0
-    in_str = esc = False
-    for ch in text:
-        if in_str:
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch in "[{":
-            depth += 1
-            if depth > MAX_JSON_DEPTH:
-                return False
-        elif ch in "]}":
-            depth -= 1
-    return True
-
-
-def check_json_text(opt: str, text: str) -> None:
-    if len(text) > MAX_JSON_CHARS or not _json_depth_ok(text):
-        raise LaunchError(f"{opt} in the launch command: JSON nested deeper than {MAX_JSON_DEPTH} levels or longer "
-                          f"than {MAX_JSON_CHARS} characters")
 
 
 def _json_obj(opt: str, value) -> dict:
@@ -790,10 +759,6 @@ def builtin_read(framework: str, form: str, tokens: list[str], table: dict) -> t
     for u in unknown:
         seen.append((None, u, None))
     return d, seen
-
-
-def framework_label(framework: str) -> str:
-    return "vLLM" if framework == "vllm" else "SGLang"
 
 
 # ------------------------------------------------------------------ resolution: namespace -> Launch

@@ -126,7 +126,8 @@ def server_read(framework: str, form: str, tokens: list[str]) -> tuple[dict, lis
     """(namespace dict, [(dest, option string, values), ...]) from the installed server's parser.
     Raises ``ServerParserUnavailable`` when it cannot be built, ``LaunchError`` when it refuses
     the command (as the server would)."""
-    from .launch import MAX_JSON_DEPTH, LaunchError, check_json_text, framework_label
+    from .command_limits import MAX_JSON_DEPTH, LaunchError, check_json_text
+    from .frameworks import framework_label
 
     for t in tokens:  # the parsers json.loads option values and nest dotted keys: bound the nesting first
         if t[:1] in "[{" or (t.startswith("-") and "{" in t):

@@ -109,6 +109,16 @@ def families() -> tuple:
     return (("0.0", BASE_FAMILY),) + tuple((first, fam) for first, _n, fam, _v, _w in FLASHINFER_RELEASES if fam)
 
 
+def family(version: str) -> str:
+    """The sizing family of FlashInfer ``version`` (the last table row naming a family at or before it)."""
+    key = _key(version)
+    name = BASE_FAMILY
+    for first, fam in families():
+        if key >= _key(first):
+            name = fam
+    return name
+
+
 def has(version: str, feature: str) -> bool:
     """Whether FlashInfer ``version`` has ``feature`` (raises InvalidVersion on a bad string)."""
     return _key(version) >= _key(first_release(feature))
@@ -232,8 +242,6 @@ def describe(installed: dict | None = None) -> list[str]:
     if fi:
         extra = flashinfer_extrapolation(fi)
         try:
-            from .flashinfer_model import family
-
             fam = family(fi)
         except Exception:
             fam = "?"
@@ -264,8 +272,7 @@ def unaffected_moe_host(decision) -> bool:
     DEBUG. An aarch64 host's stand-down on a reaching GPU stays at INFO (where the guard
     used to act)."""
     try:
-        from .decisions import ARM_MACHINES
-        from .moe_evidence import reaches
+        from .moe_evidence import ARM_MACHINES, reaches
 
         inputs = decision.inputs
         if decision.block or getattr(decision, "action", "none") != "none":

@@ -1,0 +1,95 @@
+"""The shape of guard_core: floors without a circle, and functions a reader can hold.
+
+Parsed with ``ast`` (no import), so an import inside a function counts as much as one
+at the top of a module: a lower floor never reaches up, not even lazily.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CORE = ROOT / "guard_core"
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _core_modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(CORE.glob("*.py"))}
+
+
+def _imports(path: Path, name: str, known: set[str]) -> set[str]:
+    """guard_core modules that ``name`` imports anywhere in its source (top level and inside functions)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name in known)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            if mod in known:
+                out.add(mod)
+            # ``from . import flashinfer_model`` / ``from guard_core import support``
+            for a in node.names:
+                sub = f"{mod}.{a.name}"
+                if sub in known:
+                    out.add(sub)
+    out.discard(name)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    mods = _core_modules()
+    known = set(mods)
+    return {name: _imports(path, name, known) for name, path in mods.items()}
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    WHITE, GREY, BLACK = 0, 1, 2
+    colour = dict.fromkeys(graph, WHITE)
+    stack: list[str] = []
+
+    def visit(n: str) -> list[str] | None:
+        colour[n] = GREY
+        stack.append(n)
+        for m in sorted(graph[n]):
+            if colour[m] == GREY:
+                return stack[stack.index(m):] + [m]
+            if colour[m] == WHITE:
+                found = visit(m)
+                if found:
+                    return found
+        stack.pop()
+        colour[n] = BLACK
+        return None
+
+    for n in sorted(graph):
+        if colour[n] == WHITE:
+            found = visit(n)
+            if found:
+                return found
+    return None
+
+
+def test_graph_sees_lazy_imports():
+    """The parser counts imports inside functions (the circle this test guards against was lazy)."""
+    graph = import_graph()
+    assert "guard_core.versions" in graph["guard_core.support"]
+    assert "guard_core.flashinfer_model" in graph["guard_core.sizing"]
+
+
+def test_no_import_cycle_in_guard_core():
+    cycle = _find_cycle(import_graph())
+    assert cycle is None, "import circle in guard_core: " + " -> ".join(cycle)
