@@ -22,8 +22,6 @@ from .settings import load_settings
 from .versions import flashinfer_version, installed_version
 from . import flashinfer_model as fm
 
-MIB = 1 << 20
-
 
 class UsageError(Exception):
     pass

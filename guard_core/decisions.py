@@ -6,13 +6,10 @@ import platform
 from dataclasses import dataclass, field
 
 from . import TAG
-from .settings import MOE, MOE_FIXED_IN, WORKSPACE, Settings, format_bytes
-from .sizing import MIB, Requirement, round_up_mib
+from .settings import MOE, MOE_FIXED_IN, WORKSPACE, Settings
+from .sizing import Requirement, round_up_mib
+from .units import MIB, fmt_mib
 from .versions import is_version, parse_version
-
-
-def _mib(n: int) -> str:
-    return format_bytes(n) if n % MIB == 0 else f"{n / MIB:.1f} MiB"
 
 
 @dataclass(frozen=True)
@@ -53,11 +50,11 @@ def describe_need(req: Requirement, buffer_bytes: int | None = None) -> str:
     }.get(s.name, s.name)
     planner = {"fa2": "prefill planner", "decode": "decode planner", "fa3": "SM90 planner"}.get(s.planner, s.planner)
     hd = f"head_dim {l.head_dim_qk}" if l.head_dim_qk == l.head_dim_vo else f"head_dim {l.head_dim_qk}/{l.head_dim_vo}"
-    text = (f"FlashInfer {req.flashinfer_version} {planner} needs {_mib(req.float_bytes)} at {where} "
+    text = (f"FlashInfer {req.flashinfer_version} {planner} needs {fmt_mib(req.float_bytes)} at {where} "
             f"({l.num_qo_heads} q / {l.num_kv_heads} kv heads per rank, {hd}, {req.gpu.num_sms} SMs)")
     over = s.plan.first_overflow(buffer_bytes) if buffer_bytes is not None else None
     if over:
-        text += f", where {over['allocation']} ({_mib(over['bytes'])}) would overflow {_mib(buffer_bytes)}"
+        text += f", where {over['allocation']} ({fmt_mib(over['bytes'])}) would overflow {fmt_mib(buffer_bytes)}"
     return text
 
 
@@ -113,36 +110,36 @@ def _decide_workspace(
     inputs = {"framework": framework, "flashinfer": fi, "setting": settings.workspace}
     if settings.workspace == "off":
         return WorkspaceDecision("workspace", "off", f"{WORKSPACE}=off", "info", inputs, numbers,
-                                 f"off ({WORKSPACE}=off); {framework} allocates {_mib(server_bytes)}",
+                                 f"off ({WORKSPACE}=off); {framework} allocates {fmt_mib(server_bytes)}",
                                  allocate_bytes=server_bytes)
     if settings.workspace == "size":
         size = settings.workspace_bytes or 0
         alloc = max(size, server_bytes)
         numbers.update(setting_bytes=size, allocate_bytes=alloc)
         if requirement is not None and alloc < need:
-            text = (f"{WORKSPACE}={_mib(size)} is below the computed need {_mib(need)} "
-                    f"({describe_need(requirement, alloc)}); using {_mib(alloc)} as asked")
+            text = (f"{WORKSPACE}={fmt_mib(size)} is below the computed need {fmt_mib(need)} "
+                    f"({describe_need(requirement, alloc)}); using {fmt_mib(alloc)} as asked")
             return WorkspaceDecision("workspace", "size", "size below need", "warning", inputs, numbers, text,
                                      allocate_bytes=alloc)
-        kept = "" if alloc == size else f" (kept {framework}'s larger {_mib(server_bytes)})"
+        kept = "" if alloc == size else f" (kept {framework}'s larger {fmt_mib(server_bytes)})"
         return WorkspaceDecision("workspace", "size", f"{WORKSPACE} set", "info", inputs, numbers,
-                                 f"{WORKSPACE}={_mib(size)}: allocating {_mib(alloc)}{kept}", allocate_bytes=alloc)
+                                 f"{WORKSPACE}={fmt_mib(size)}: allocating {fmt_mib(alloc)}{kept}", allocate_bytes=alloc)
     if settings.workspace == "exact":
         why = exact_refused
         if requirement is None:
             why = why or "nothing to size here"
         elif user_bytes:
-            why = f"{user_var}={_mib(user_bytes)} is the user's choice"
+            why = f"{user_var}={fmt_mib(user_bytes)} is the user's choice"
         if why is None:
             alloc = max(round_up_mib(need), MIB)
             numbers["allocate_bytes"] = alloc
             delta = server_bytes - alloc
             if delta >= 0:
-                text = (f"exact: {describe_need(requirement)}; allocating {_mib(alloc)} instead of "
-                        f"{_mib(server_bytes)} (frees {_mib(delta)})")
+                text = (f"exact: {describe_need(requirement)}; allocating {fmt_mib(alloc)} instead of "
+                        f"{fmt_mib(server_bytes)} (frees {fmt_mib(delta)})")
             else:
                 text = (f"exact: {describe_need(requirement, server_bytes)}; raising "
-                        f"{_mib(server_bytes)} -> {_mib(alloc)}")
+                        f"{fmt_mib(server_bytes)} -> {fmt_mib(alloc)}")
             return WorkspaceDecision("workspace", "exact", "exact need", "info", inputs, numbers, text,
                                      allocate_bytes=alloc)
         auto = _decide_workspace(requirement, framework=framework, server_bytes=server_bytes,
@@ -155,24 +152,24 @@ def _decide_workspace(
     # auto
     if requirement is None:
         return WorkspaceDecision("workspace", "ok", "no requirement", "info", inputs, numbers,
-                                 f"ok, nothing to size (FlashInfer {fi}); keeping {_mib(server_bytes)}",
+                                 f"ok, nothing to size (FlashInfer {fi}); keeping {fmt_mib(server_bytes)}",
                                  allocate_bytes=server_bytes)
     if need <= server_bytes:
-        src = f"{user_var}={_mib(server_bytes)}" if user_bytes else f"{_mib(server_bytes)} allocated"
+        src = f"{user_var}={fmt_mib(server_bytes)}" if user_bytes else f"{fmt_mib(server_bytes)} allocated"
         free = server_bytes - max(round_up_mib(need), MIB)
-        hint = (f"; {WORKSPACE}=exact would free {_mib(free)}"
+        hint = (f"; {WORKSPACE}=exact would free {fmt_mib(free)}"
                 if free >= MIB and not user_bytes and settings.workspace == "auto" else "")
         return WorkspaceDecision("workspace", "ok", "need fits", "info", inputs, numbers,
-                                 f"ok, need {_mib(need)} <= {src} (FlashInfer {fi}){hint}",
+                                 f"ok, need {fmt_mib(need)} <= {src} (FlashInfer {fi}){hint}",
                                  allocate_bytes=server_bytes)
     alloc = round_up_mib(need)
     numbers["allocate_bytes"] = alloc
     if user_bytes:
-        text = (f"{user_var}={_mib(server_bytes)} is too small: {describe_need(requirement, server_bytes)}; "
-                f"raising {_mib(server_bytes)} -> {_mib(alloc)}")
+        text = (f"{user_var}={fmt_mib(server_bytes)} is too small: {describe_need(requirement, server_bytes)}; "
+                f"raising {fmt_mib(server_bytes)} -> {fmt_mib(alloc)}")
         return WorkspaceDecision("workspace", "raise", "user size too small", "warning", inputs, numbers, text,
                                  allocate_bytes=alloc)
-    text = f"{describe_need(requirement, server_bytes)}; raising {_mib(server_bytes)} -> {_mib(alloc)}"
+    text = f"{describe_need(requirement, server_bytes)}; raising {fmt_mib(server_bytes)} -> {fmt_mib(alloc)}"
     return WorkspaceDecision("workspace", "raise", "need exceeds default", "info", inputs, numbers, text,
                              allocate_bytes=alloc)
 

@@ -28,10 +28,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from .settings import WORKSPACE_MAX, Settings, format_bytes
-from .sizing import MIB, compute_requirement, fixed_split_fixes, longest_fitting_context, round_up_mib
-
-GIB = 1 << 30
+from .settings import WORKSPACE_MAX, Settings
+from .sizing import compute_requirement, fixed_split_fixes, longest_fitting_context, round_up_mib
+from .units import GIB, fmt_mib, fmt_mib_gib
 # SGLang's own names (flashinfer_backend.py, read with get_int_env_var)
 PREFILL_SPLIT_VAR = "SGLANG_FLASHINFER_PREFILL_SPLIT_TILE_SIZE"
 DECODE_SPLIT_VAR = "SGLANG_FLASHINFER_DECODE_SPLIT_TILE_SIZE"
@@ -93,12 +92,6 @@ def gpu_memory_bytes(gpu, device=None) -> int | None:
         return None
 
 
-def _mib(n: int) -> str:
-    if n >= 10 * GIB:
-        return f"{n / GIB:.1f} GiB"
-    return format_bytes(n) if n % MIB == 0 else f"{n / MIB:.1f} MiB"
-
-
 @dataclass(frozen=True)
 class FixedSplitAssessment:
     need_bytes: int  # the need over the whole envelope at the full context
@@ -133,17 +126,17 @@ def assess(layout, limits, gpu, version: str, planners, caller: str, *, server_b
     splits = (f"prefill split {limits.fixed_split_prefill or 'SM-capped'}, "
               f"decode split {limits.fixed_split_decode or 'SM-capped'} pages of {layout.page_size}")
     head = (f"{mode} ({splits}, chunk {limits.max_num_batched_tokens}, context {ctx:,}): FlashInfer {version} "
-            f"needs {_mib(need)}")
+            f"needs {fmt_mib_gib(need)}")
     if need <= server_bytes:
         return FixedSplitAssessment(need, server_bytes, max_bytes, True, server_bytes, ctx, ctx, {}, dom,
-                                    f"{head} <= {server}'s {_mib(server_bytes)}: every prompt up to the "
+                                    f"{head} <= {server}'s {fmt_mib_gib(server_bytes)}: every prompt up to the "
                                     f"context fits")
     if need <= max_bytes:
         alloc = round_up_mib(need)
         return FixedSplitAssessment(need, server_bytes, max_bytes, True, alloc, ctx, ctx, {}, dom,
-                                    f"{head} > {server}'s forced {_mib(server_bytes)}, affordable "
-                                    f"(<= {WORKSPACE_MAX} {settings.describe_workspace_max()} = {_mib(max_bytes)}): "
-                                    f"raising {_mib(server_bytes)} -> {_mib(alloc)}")
+                                    f"{head} > {server}'s forced {fmt_mib_gib(server_bytes)}, affordable "
+                                    f"(<= {WORKSPACE_MAX} {settings.describe_workspace_max()} = {fmt_mib_gib(max_bytes)}): "
+                                    f"raising {fmt_mib_gib(server_bytes)} -> {fmt_mib_gib(alloc)}")
     # not affordable: the largest buffer we may give, and what fits in it
     budget = max(server_bytes, max_bytes)
     longest = longest_fitting_context(layout, limits, gpu, version, planners, caller, budget)
@@ -167,15 +160,15 @@ def assess(layout, limits, gpu, version: str, planners, caller: str, *, server_b
         d = fixes.get("decode_split_tile_size")
         phase_fixes.append("decode " + (f"{DECODE_SPLIT_VAR}={d}" if d else "needs fewer --max-running-requests"))
     parts = ["; ".join(phase_fixes)] if phase_fixes else []
-    parts.append(f"{WORKSPACE_MAX}={_mib(round_up_mib(need)) if need < 10 * GIB else format_bytes(round_up_mib(need))}")
+    parts.append(f"{WORKSPACE_MAX}={fmt_mib_gib(round_up_mib(need)) if need < 10 * GIB else fmt_mib(round_up_mib(need))}")
     over = ""
     if req.dominant is not None:
         s = req.dominant
         where = (f"a {s.q_len:,}-token prompt chunk against {ctx:,} tokens of KV" if s.name == "fixed_split_prefill"
                  else f"a decode batch of {s.batch} requests" if s.name == "fixed_split_decode" else s.name)
         over = f" at {where}"
-    text = (f"{head}{over}, more than {WORKSPACE_MAX} {settings.describe_workspace_max()} = {_mib(max_bytes)} "
-            f"of this GPU; buffer {_mib(alloc)} ({server}'s forced {_mib(server_bytes)}"
+    text = (f"{head}{over}, more than {WORKSPACE_MAX} {settings.describe_workspace_max()} = {fmt_mib_gib(max_bytes)} "
+            f"of this GPU; buffer {fmt_mib_gib(alloc)} ({server}'s forced {fmt_mib_gib(server_bytes)}"
             f"{'' if alloc == server_bytes else ', raised'}): prompts up to {longest:,} tokens fit, a longer one "
             f"overflows it (the safety net then grows the buffer for that call if the GPU has the memory); "
             f"for the full {ctx:,}-token context: {' or '.join(parts)}")

@@ -59,10 +59,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .units import GIB, MIB
 from .versions import is_version, parse_version
-
-MIB = 1 << 20
-GIB = 1 << 30
 VLLM_DEFAULT = 394 * MIB
 SGLANG_DEFAULT = 384 * MIB
 SGLANG_LARGE = 512 * MIB

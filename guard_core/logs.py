@@ -8,6 +8,8 @@ import threading
 
 from . import TAG
 
+__all__ = ["LOGGER_NAME", "GuardLog", "LazyGuardLog", "logger_name", "tagged"]
+
 LOGGER_NAME = "flashinfer_guard"
 """The product's one logger name. Where the host framework only configures its own
 logger tree (vLLM: ``vllm``, propagate off) the adapter logs as ``<host>.flashinfer_guard``
@@ -93,3 +95,47 @@ class GuardLog:
     def settings_warnings(self, settings) -> None:
         for w in settings.warnings:
             self.warning(w, key="settings:" + w)
+
+
+def _settings_level() -> str:
+    try:
+        from .settings import get_settings
+
+        return get_settings().log_level
+    except Exception:
+        return "info"
+
+
+class LazyGuardLog:
+    """The one logger factory of an adapter: a GuardLog built on first use (under a lock,
+    so two threads get the same one), at the FLASHINFER_GUARD_LOG level in effect then.
+
+    ``make_logger`` returns the framework logger to wrap (vLLM: ``init_logger`` on
+    ``vllm.flashinfer_guard``; SGLang: ``logging.getLogger("flashinfer_guard")``); if it
+    raises, plain ``logging.getLogger(name)`` is used. ``reset()`` forgets the GuardLog
+    (tests, and a plugin that reloads its settings)."""
+
+    def __init__(self, name: str, make_logger=None):
+        self.name = name
+        self._make_logger = make_logger
+        self._log: GuardLog | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> GuardLog:
+        log = self._log
+        if log is None:
+            with self._lock:
+                log = self._log
+                if log is None:
+                    logger = None
+                    if self._make_logger is not None:
+                        try:
+                            logger = self._make_logger(self.name)
+                        except Exception:  # the framework's logger unavailable: plain logging
+                            logger = None
+                    log = self._log = GuardLog(logger or logging.getLogger(self.name), level=_settings_level())
+        return log
+
+    def reset(self) -> None:
+        with self._lock:
+            self._log = None

@@ -31,8 +31,7 @@ from .settings import Settings
 from .groups import server_view
 from .sizing import (INT_WORKSPACE_BYTES, AttentionLayout, Planners, ServingLimits, compute_requirement,
                      largest_fitting_capture, longest_fitting_context, round_up_mib)
-
-MIB = 1 << 20
+from .units import fmt_size
 
 
 class PlanUsageError(ValueError):
@@ -45,14 +44,6 @@ def split_launch(argv: list[str]) -> tuple[list[str], list[str] | None]:
         i = argv.index("--")
         return argv[:i], argv[i + 1:]
     return argv, None
-
-
-def _fmt(n: int) -> str:
-    if n >= MIB:
-        return f"{n / MIB:.1f} MiB"
-    if n >= 1024:
-        return f"{n / 1024:.1f} KiB"
-    return f"{n} B"
 
 
 def _groups_max_len(facts) -> int | None:
@@ -645,7 +636,7 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
     for gr in r.get("groups", []):
         ghd = f"head_dim {gr['head_dim_qk']}" + (f"/{gr['head_dim_vo']}" if gr["head_dim_vo"] != gr["head_dim_qk"] else "")
         w(f"  {gr['count']:>4} layers {gr['label']}: {gr['num_qo_heads']} q / {gr['num_kv_heads']} kv heads, {ghd}; "
-          f"need {_fmt(gr['need_bytes'])} at {gr['scenario']} {gr['batch']} (decode {gr['decode']}, prefill "
+          f"need {fmt_size(gr['need_bytes'])} at {gr['scenario']} {gr['batch']} (decode {gr['decode']}, prefill "
           f"{gr['prefill']}){'  <- largest' if gr['dominant'] and len(r['groups']) > 1 else ''}\n")
     for kind, n in (r["model"].get("groups") or {}).get("other", []):
         w(f"  {n:>4} layers {kind}: outside FlashInfer's attention planners\n")
@@ -673,7 +664,7 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
     w(f"planners   decode {p['decode']}, prefill {p['prefill']} ({why})\n")
     for c in r["planner_candidates"]:
         if len(r["planner_candidates"]) > 1:
-            w(f"  candidate decode {c['decode']}, prefill {c['prefill']}: {_fmt(c['float_bytes'])} ({c['reason']})\n")
+            w(f"  candidate decode {c['decode']}, prefill {c['prefill']}: {fmt_size(c['float_bytes'])} ({c['reason']})\n")
     for n in r["planner_notes"]:
         w(f"  {n}\n")
     _moe_line(r, w)
@@ -688,7 +679,7 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
         keep += [s for s in rows if s["name"] not in ("cuda_graph_decode", "cuda_graph_verify")]
         rows = keep
     for s in rows:
-        w(f"{s['name']:<19} {s['batch']:>6} {s['q_len']:>5} {s['float_bytes']:>13,} {_fmt(s['float_bytes']):>10} "
+        w(f"{s['name']:<19} {s['batch']:>6} {s['q_len']:>5} {s['float_bytes']:>13,} {fmt_size(s['float_bytes']):>10} "
           f"{s['int_bytes']:>10,}  {s['dominant_allocation'] or '-'}\n")
     if not show_all and len(rows) < len(r["scenarios"]):
         w(f"({len(r['scenarios']) - len(rows)} smaller capture sizes not shown; --all lists them)\n")
@@ -696,17 +687,17 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
         if s["name"].startswith("eager"):
             w(f"  {s['name']}: {s['description']}\n")
     n = r["need"]
-    w(f"\nneed       {n['float_bytes']:,} bytes ({_fmt(n['float_bytes'])}) float at {n['scenario']}"
-      f" batch {n['batch']} (largest allocation {n['allocation']}); int {_fmt(n['int_bytes'])} of "
-      f"{_fmt(r['int_workspace_bytes'])}\n")
+    w(f"\nneed       {n['float_bytes']:,} bytes ({fmt_size(n['float_bytes'])}) float at {n['scenario']}"
+      f" batch {n['batch']} (largest allocation {n['allocation']}); int {fmt_size(n['int_bytes'])} of "
+      f"{fmt_size(r['int_workspace_bytes'])}\n")
     srv = r["server_default_bytes"]
-    w(f"{r['framework']} allocates {srv:,} bytes ({_fmt(srv)}): {r['server_default_source']}"
+    w(f"{r['framework']} allocates {srv:,} bytes ({fmt_size(srv)}): {r['server_default_source']}"
       + (f"; checking against --workspace {r['workspace_bytes']:,}" if r["workspace_bytes"] != srv else "") + "\n")
     if r.get("not_read_options"):
         w(f"assumes    the server's default for {len(r['not_read_options'])} option(s) of the command not read "
           "(listed under 'not read' below)\n")
     if r["verdict"] == "ok":
-        w(f"verdict    OK: the need fits with {_fmt(r['workspace_bytes'] - n['float_bytes'])} to spare\n")
+        w(f"verdict    OK: the need fits with {fmt_size(r['workspace_bytes'] - n['float_bytes'])} to spare\n")
     else:
         o = r["overflow"]
         fx = r.get("fixed_split")
@@ -726,13 +717,13 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
         w("remedies\n")
         if fx and not fx["affordable"]:
             w(f"  - pip install flashinfer-guard in the server's environment: the need is not affordable "
-              f"(FLASHINFER_GUARD_WORKSPACE_MAX {_fmt(fx['max_bytes'])}); it raises the buffer to "
-              f"{_fmt(fx['allocate_bytes'])} (prompts up to {fx['longest_prompt']:,} tokens) and says so; or\n")
+              f"(FLASHINFER_GUARD_WORKSPACE_MAX {fmt_size(fx['max_bytes'])}); it raises the buffer to "
+              f"{fmt_size(fx['allocate_bytes'])} (prompts up to {fx['longest_prompt']:,} tokens) and says so; or\n")
         else:
             w(f"  - pip install flashinfer-guard in the server's environment: it raises the buffer to "
-              f"{_fmt(rem['workspace_bytes'])} automatically; or\n")
+              f"{fmt_size(rem['workspace_bytes'])} automatically; or\n")
         if rem.get("env"):
-            w(f"  - export {rem['env']}   ({_fmt(rem['workspace_bytes'])})\n")
+            w(f"  - export {rem['env']}   ({fmt_size(rem['workspace_bytes'])})\n")
         else:
             w("  - (an export of SGLANG_FLASHINFER_WORKSPACE_SIZE does not help here: deterministic inference "
               "overwrites it with 2 GiB; SGLang PR #30244 is open)\n")
@@ -742,17 +733,17 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
               f"({flag})\n")
         if "flashinfer_0_7_1_need_bytes" in rem:
             w(f"  - or upgrade to FlashInfer >= 0.7.1 (PR #5177): the need drops to "
-              f"{_fmt(rem['flashinfer_0_7_1_need_bytes'])}\n")
+              f"{fmt_size(rem['flashinfer_0_7_1_need_bytes'])}\n")
     fx = r.get("fixed_split")
     if fx:
         w(f"\ndeterministic inference (splits: prefill {fx['prefill_split_tile_size']}, decode "
           f"{fx['decode_split_tile_size']} pages; {fx['split_source']}; context {fx['context']:,} tokens)\n")
-        w(f"  SGLang forces {_fmt(fx['server_bytes'])}; the need is {fx['need_bytes']:,} bytes "
-          f"({_fmt(fx['need_bytes'])}); longest prompt that fits {_fmt(r['workspace_bytes'])}: "
+        w(f"  SGLang forces {fmt_size(fx['server_bytes'])}; the need is {fx['need_bytes']:,} bytes "
+          f"({fmt_size(fx['need_bytes'])}); longest prompt that fits {fmt_size(r['workspace_bytes'])}: "
           f"{fx['longest_prompt_in_buffer']:,} tokens\n")
-        w(f"  affordable up to {_fmt(fx['max_bytes'])} (FLASHINFER_GUARD_WORKSPACE_MAX): "
-          + (f"the guard makes the buffer {_fmt(fx['allocate_bytes'])}\n" if fx["affordable"] else
-             f"no; the guard gives {_fmt(fx['allocate_bytes'])}, prompts up to {fx['longest_prompt']:,} tokens, "
+        w(f"  affordable up to {fmt_size(fx['max_bytes'])} (FLASHINFER_GUARD_WORKSPACE_MAX): "
+          + (f"the guard makes the buffer {fmt_size(fx['allocate_bytes'])}\n" if fx["affordable"] else
+             f"no; the guard gives {fmt_size(fx['allocate_bytes'])}, prompts up to {fx['longest_prompt']:,} tokens, "
              "and warns:\n"))
         if not fx["affordable"]:
             w(f"  {fx['line']}\n")

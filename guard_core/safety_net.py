@@ -53,6 +53,7 @@ import sys
 import threading
 
 from .patching import is_wrapped, rebind_everywhere, unwrap_attr, when_imported, wrap_attr
+from .units import MIB
 
 OVERFLOW_RE = re.compile(
     r"Buffer overflow when allocating memory for (?P<name>\S+) with size (?P<size>\d+) and alignment "
@@ -60,7 +61,6 @@ OVERFLOW_RE = re.compile(
 # The float-buffer allocations of FlashInfer's planners (scheduler.cuh: float_allocator);
 # every other named allocation is carved from the int buffer.
 FLOAT_ALLOCATION_RE = re.compile(r"(tmp_v|tmp_s|partial_o|partial_lse)$")
-MIB = 1 << 20
 MAX_TRIES = 4
 
 # module -> (wrapper classes whose plan and class-body aliases are wrapped,

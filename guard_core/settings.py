@@ -38,6 +38,8 @@ from __future__ import annotations
 import os
 import re
 
+from .units import GIB, MIB, fmt_mib
+
 
 MASTER = "FLASHINFER_GUARD"
 MOE = "FLASHINFER_GUARD_MOE"
@@ -48,8 +50,6 @@ WORKSPACE_MAX = "FLASHINFER_GUARD_WORKSPACE_MAX"
 ALL_VARIABLES = (MASTER, MOE, MOE_FIXED_IN, WORKSPACE, LOG, WORKSPACE_MAX)
 
 DEFAULT_MOE_FIXED_IN = "0.6.16"
-MIB = 1 << 20
-GIB = 1 << 30
 MIN_SIZE_BYTES = MIB
 MAX_SIZE_BYTES = 288 * GIB  # just above the largest GPU memory we plan for (B300/GB300: 268.6 GiB)
 SIZE_ACCEPTED = "a size from 1 MiB to 288 GiB such as 768MiB, 1GiB, 1.5GB or a byte count"
@@ -107,7 +107,7 @@ class Settings:
     def describe_workspace_max(self) -> str:
         kind, value = self.workspace_max
         if kind == "bytes":
-            return format_bytes(value)
+            return fmt_mib(value)
         whole, frac = divmod(int(value), 100)
         return f"{whole}%" if not frac else f"{whole}.{frac:02d}".rstrip("0") + "%"
 
@@ -128,7 +128,7 @@ class Settings:
             MASTER: "1" if self.enabled else "0",
             MOE: self.moe,
             MOE_FIXED_IN: self.moe_fixed_in,
-            WORKSPACE: (format_bytes(self.workspace_bytes) if self.workspace == "size" else self.workspace),
+            WORKSPACE: (fmt_mib(self.workspace_bytes) if self.workspace == "size" else self.workspace),
             LOG: self.log_level,
             WORKSPACE_MAX: self.describe_workspace_max(),
         }
@@ -191,14 +191,6 @@ def bounded_version(text) -> str | None:
     except Exception:
         return None
     return t
-
-
-def format_bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    if n % MIB == 0:
-        return f"{n // MIB} MiB"
-    return f"{n / MIB:.1f} MiB"
 
 
 def _text(raw) -> str | None:

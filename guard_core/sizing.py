@@ -24,8 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from . import flashinfer_model as fm
 from .gpus import Gpu
-
-MIB = 1 << 20
+from .units import MIB
 INT_WORKSPACE_BYTES = 8 * MIB  # FlashInfer wrappers' own int buffer
 
 

@@ -2,40 +2,24 @@
 
 SGLang's modules log through the root logger, whose format SGLang sets
 (``configure_logger``); the product's logger ``flashinfer_guard`` propagates
-there, and every line carries the ``[flashinfer-guard]`` tag.
+there, and every line carries the ``[flashinfer-guard]`` tag. The factory is
+guard_core.logs.LazyGuardLog, shared with the vLLM adapter.
 """
 
 from __future__ import annotations
 
-import threading
+from guard_core.logs import LOGGER_NAME, LazyGuardLog
 
-_lock = threading.Lock()
-_log = None
+_LOG = LazyGuardLog(LOGGER_NAME)
 
 
 def log():
     """The adapter's GuardLog on ``flashinfer_guard`` (created on first use)."""
-    global _log
-    if _log is None:
-        with _lock:
-            if _log is None:
-                import logging
-
-                from guard_core.logs import LOGGER_NAME, GuardLog
-
-                try:
-                    from guard_core.settings import get_settings
-
-                    level = get_settings().log_level
-                except Exception:
-                    level = "info"
-                _log = GuardLog(logging.getLogger(LOGGER_NAME), level=level)
-    return _log
+    return _LOG.get()
 
 
 def reset_log() -> None:
-    global _log
-    _log = None
+    _LOG.reset()
 
 
 def announce_line() -> None:

@@ -1,38 +1,28 @@
-"""The adapter's one logger: vLLM's own format, one line per decision."""
+"""The adapter's one logger: vLLM's own format, one line per decision (guard_core.logs.LazyGuardLog)."""
 
 from __future__ import annotations
 
-_log = None
+from guard_core.logs import LazyGuardLog
+
+from . import LOGGER_NAME
+
+
+def _vllm_logger(name: str):
+    from vllm.logger import init_logger
+
+    return init_logger(name)
+
+
+_LOG = LazyGuardLog(LOGGER_NAME, _vllm_logger)
 
 
 def get_log():
     """A GuardLog on ``vllm.flashinfer_guard`` (vLLM's handlers and format)."""
-    global _log
-    if _log is None:
-        import logging
-
-        from guard_core.logs import GuardLog
-        from guard_core.settings import get_settings
-
-        from . import LOGGER_NAME
-
-        try:
-            from vllm.logger import init_logger
-
-            logger = init_logger(LOGGER_NAME)
-        except Exception:  # vLLM's logger unavailable: plain logging
-            logger = logging.getLogger(LOGGER_NAME)
-        try:
-            level = get_settings().log_level
-        except Exception:
-            level = "info"
-        _log = GuardLog(logger, level=level)
-    return _log
+    return _LOG.get()
 
 
 def reset_log() -> None:
-    global _log
-    _log = None
+    _LOG.reset()
 
 
 def announce_line() -> None:
