@@ -57,13 +57,13 @@ def bench_imports(n: int) -> None:
 
 
 def bench_envelope() -> None:
-    from guard_core.frameworks import default_capture_sizes
+    from guard_core.frameworks import vllm_capture_grid
     from guard_core.gpus import lookup_gpu
     from guard_core.sizing import AttentionLayout, ServingLimits, compute_requirement
 
     print("== one serving envelope (vLLM default capture list up to 512, eager decode and prefill)")
     layout = AttentionLayout(32, 2, 256, page_size=16)
-    limits = ServingLimits(capture_sizes=default_capture_sizes("vllm", 512), max_num_seqs=512,
+    limits = ServingLimits(capture_sizes=tuple(vllm_capture_grid(512)), max_num_seqs=512,
                            max_num_batched_tokens=8192)
     gpu = lookup_gpu("b300")
     for v in ("0.6.12", "0.7.0.post1", "0.7.2.post1"):

@@ -79,31 +79,33 @@ def _with_notes(dec: WorkspaceDecision, requirement: Requirement | None) -> Work
     return replace(dec, text=f"{dec.text} [{'; '.join(notes)}]", inputs={**dec.inputs, "notes": list(notes)})
 
 
-def decide_workspace(*args, **kwargs) -> WorkspaceDecision:
-    """How big to make the float workspace (see ``_decide_workspace``), with the
-    requirement's notes on the line."""
-    requirement = args[0] if args else kwargs.get("requirement")
-    return _with_notes(_decide_workspace(*args, **kwargs), requirement)
-
-
-def _decide_workspace(
+def decide_workspace(
     requirement: Requirement | None,
     *,
     framework: str,
     server_bytes: int,
+    settings: Settings,
     user_bytes: int | None = None,
     user_var: str | None = None,
-    settings: Settings,
     flashinfer_version: str | None = None,
-    layout=None,
-    gpu=None,
     exact_refused: str | None = None,
 ) -> WorkspaceDecision:
-    """How big to make the float workspace.
+    """How big to make the float workspace, with the requirement's notes on the line.
 
     ``server_bytes`` is what the server would allocate on its own (including a
-    user-set native size, which ``user_bytes`` names). We never shrink it.
+    user-set native size, which ``user_bytes`` names, through ``user_var``). We
+    never shrink it, except under ``exact`` where ``exact_refused`` (from
+    ``exact_refusal``) is None.
     """
+    dec = _decide_workspace(requirement, framework=framework, server_bytes=server_bytes, user_bytes=user_bytes,
+                            user_var=user_var, settings=settings, flashinfer_version=flashinfer_version,
+                            exact_refused=exact_refused)
+    return _with_notes(dec, requirement)
+
+
+def _decide_workspace(requirement: Requirement | None, *, framework: str, server_bytes: int,
+                      user_bytes: int | None, user_var: str | None, settings: Settings,
+                      flashinfer_version: str | None, exact_refused: str | None) -> WorkspaceDecision:
     fi = flashinfer_version or (requirement.flashinfer_version if requirement else "?")
     need = requirement.float_bytes if requirement else 0
     numbers = {"need_bytes": need, "server_bytes": server_bytes}
@@ -113,17 +115,7 @@ def _decide_workspace(
                                  f"off ({WORKSPACE}=off); {framework} allocates {fmt_mib(server_bytes)}",
                                  allocate_bytes=server_bytes)
     if settings.workspace == "size":
-        size = settings.workspace_bytes or 0
-        alloc = max(size, server_bytes)
-        numbers.update(setting_bytes=size, allocate_bytes=alloc)
-        if requirement is not None and alloc < need:
-            text = (f"{WORKSPACE}={fmt_mib(size)} is below the computed need {fmt_mib(need)} "
-                    f"({describe_need(requirement, alloc)}); using {fmt_mib(alloc)} as asked")
-            return WorkspaceDecision("workspace", "size", "size below need", "warning", inputs, numbers, text,
-                                     allocate_bytes=alloc)
-        kept = "" if alloc == size else f" (kept {framework}'s larger {fmt_mib(server_bytes)})"
-        return WorkspaceDecision("workspace", "size", f"{WORKSPACE} set", "info", inputs, numbers,
-                                 f"{WORKSPACE}={fmt_mib(size)}: allocating {fmt_mib(alloc)}{kept}", allocate_bytes=alloc)
+        return _decide_size(requirement, need, framework, server_bytes, settings, inputs, numbers)
     if settings.workspace == "exact":
         why = exact_refused
         if requirement is None:
@@ -131,25 +123,50 @@ def _decide_workspace(
         elif user_bytes:
             why = f"{user_var}={fmt_mib(user_bytes)} is the user's choice"
         if why is None:
-            alloc = max(round_up_mib(need), MIB)
-            numbers["allocate_bytes"] = alloc
-            delta = server_bytes - alloc
-            if delta >= 0:
-                text = (f"exact: {describe_need(requirement)}; allocating {fmt_mib(alloc)} instead of "
-                        f"{fmt_mib(server_bytes)} (frees {fmt_mib(delta)})")
-            else:
-                text = (f"exact: {describe_need(requirement, server_bytes)}; raising "
-                        f"{fmt_mib(server_bytes)} -> {fmt_mib(alloc)}")
-            return WorkspaceDecision("workspace", "exact", "exact need", "info", inputs, numbers, text,
-                                     allocate_bytes=alloc)
+            return _decide_exact(requirement, need, server_bytes, inputs, numbers)
         auto = _decide_workspace(requirement, framework=framework, server_bytes=server_bytes,
                                  user_bytes=user_bytes, user_var=user_var, settings=_AUTO,
-                                 flashinfer_version=flashinfer_version)
+                                 flashinfer_version=flashinfer_version, exact_refused=None)
         from dataclasses import replace
 
         return replace(auto, text=f"{auto.text} ({WORKSPACE}=exact not applied: {why}; acting as auto)",
                        inputs=dict(auto.inputs, setting="exact"))
-    # auto
+    return _decide_auto(requirement, need, fi, server_bytes, user_bytes, user_var, settings, inputs, numbers)
+
+
+def _decide_size(requirement, need, framework, server_bytes, settings, inputs, numbers) -> WorkspaceDecision:
+    """FLASHINFER_GUARD_WORKSPACE=<size>: that size, never below the server's own."""
+    size = settings.workspace_bytes or 0
+    alloc = max(size, server_bytes)
+    numbers.update(setting_bytes=size, allocate_bytes=alloc)
+    if requirement is not None and alloc < need:
+        text = (f"{WORKSPACE}={fmt_mib(size)} is below the computed need {fmt_mib(need)} "
+                f"({describe_need(requirement, alloc)}); using {fmt_mib(alloc)} as asked")
+        return WorkspaceDecision("workspace", "size", "size below need", "warning", inputs, numbers, text,
+                                 allocate_bytes=alloc)
+    kept = "" if alloc == size else f" (kept {framework}'s larger {fmt_mib(server_bytes)})"
+    return WorkspaceDecision("workspace", "size", f"{WORKSPACE} set", "info", inputs, numbers,
+                             f"{WORKSPACE}={fmt_mib(size)}: allocating {fmt_mib(alloc)}{kept}", allocate_bytes=alloc)
+
+
+def _decide_exact(requirement, need, server_bytes, inputs, numbers) -> WorkspaceDecision:
+    """FLASHINFER_GUARD_WORKSPACE=exact where it applies: the need rounded up to 1 MiB."""
+    alloc = max(round_up_mib(need), MIB)
+    numbers["allocate_bytes"] = alloc
+    delta = server_bytes - alloc
+    if delta >= 0:
+        text = (f"exact: {describe_need(requirement)}; allocating {fmt_mib(alloc)} instead of "
+                f"{fmt_mib(server_bytes)} (frees {fmt_mib(delta)})")
+    else:
+        text = (f"exact: {describe_need(requirement, server_bytes)}; raising "
+                f"{fmt_mib(server_bytes)} -> {fmt_mib(alloc)}")
+    return WorkspaceDecision("workspace", "exact", "exact need", "info", inputs, numbers, text,
+                             allocate_bytes=alloc)
+
+
+def _decide_auto(requirement, need, fi, server_bytes, user_bytes, user_var, settings, inputs,
+                 numbers) -> WorkspaceDecision:
+    """auto: raise to the need where the server would allocate less, never shrink."""
     if requirement is None:
         return WorkspaceDecision("workspace", "ok", "no requirement", "info", inputs, numbers,
                                  f"ok, nothing to size (FlashInfer {fi}); keeping {fmt_mib(server_bytes)}",

@@ -59,19 +59,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .support import CHECKED_LINES  # the lines whose wheels the rules here were read from
 from .units import GIB, MIB
 from .versions import is_version, parse_version
+
 VLLM_DEFAULT = 394 * MIB
 SGLANG_DEFAULT = 384 * MIB
 SGLANG_LARGE = 512 * MIB
 SGLANG_512_ARCHS_055 = ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "MiMoForCausalLM")
 SGLANG_512_ARCHS_056 = SGLANG_512_ARCHS_055 + ("Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration")
 
-NATIVE_VAR = {"vllm": "VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE", "sglang": "SGLANG_FLASHINFER_WORKSPACE_SIZE"}
-
-# The lines whose wheels the rules above were read from.
-VLLM_LINES = ("0.19.1", "0.23.0", "0.26.0", "0.29.0", "0.32.0", "0.33.0")
-SGLANG_LINES = ("0.5.5", "0.5.11", "0.5.15", "0.5.20", "0.5.22", "0.5.23")
 # What ``plan`` simulates when the framework is not installed here (and no
 # --framework-version is given): the line of each framework's seed crash.
 DEFAULT_LINE = {"vllm": "0.19.1", "sglang": "0.5.5"}
@@ -180,7 +177,7 @@ def _ge(version: str, ref: str) -> bool:
 
 def known_line(framework: str, version: str) -> str:
     """The line of ``version`` whose rules apply: the newest read line not above it."""
-    lines = VLLM_LINES if framework == "vllm" else SGLANG_LINES
+    lines = CHECKED_LINES[framework]
     best = lines[0]
     for line in lines:
         if _ge(version, line):
@@ -233,7 +230,7 @@ def vllm_batch_tier(line: str, gpu_key: str | None, gpu_name: str, cc) -> tuple[
     return 256, 2048, f"{label} API-server default on smaller GPUs ({why})"
 
 
-def _vllm_capture_grid(ceiling: int) -> list[int]:
+def vllm_capture_grid(ceiling: int) -> list[int]:
     sizes = [b for b in (1, 2, 4) if b <= ceiling]
     if ceiling >= 8:
         sizes += range(8, min(ceiling + 1, 256), 8)
@@ -333,7 +330,7 @@ def vllm_defaults(d: Deployment, line: str, line_source: str) -> Defaults:
             notes.append(f"capture sizes {dropped} ignored: above the max batched tokens {tokens_n} ({label} drops them)")
         v["capture_sizes"] = Derived(tuple(sizes), given, True)
     else:
-        sizes = _vllm_capture_grid(ceiling)
+        sizes = vllm_capture_grid(ceiling)
         extra = []
         if _ge(rules, "0.23.0") and tokens_n <= ceiling:
             extra.append(tokens_n)
@@ -529,7 +526,7 @@ def derive(d: Deployment) -> Defaults:
         if not is_version(line):
             raise ValueError(f"--framework-version must be a version such as {DEFAULT_LINE[fw]}, got {line!r}")
         rules = known_line(fw, line)
-        if parse_version(line) < parse_version((VLLM_LINES if fw == "vllm" else SGLANG_LINES)[0]):
+        if parse_version(line) < parse_version(CHECKED_LINES[fw][0]):
             src = f"given; older than every line read, simulated with {framework_label(fw)} {rules}'s rules"
         elif rules != line:
             src = f"given; simulated with the rules read from {framework_label(fw)} {rules}"
@@ -567,17 +564,3 @@ def workspace_source(framework: str, version: str | None, *, architecture: str |
     if framework == "sglang":
         return sglang_workspace_source(version, architecture)
     return vllm_workspace_source(version, max_num_batched_tokens, q_heads, head_dim)
-
-
-def default_capture_sizes(framework: str, max_batch: int) -> tuple[int, ...]:
-    """The capture lists both servers build by default, up to ``max_batch``."""
-    if framework == "sglang":
-        sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, max(max_batch, 272) + 1, 16))
-    else:
-        sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, max(max_batch, 256) + 1, 16))
-    out = sorted({b for b in sizes if b <= max_batch} | {max_batch})
-    return tuple(out)
-
-
-def default_max_batched_tokens(framework: str) -> int:
-    return 16384 if framework == "sglang" else 8192

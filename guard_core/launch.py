@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 from .command_limits import MAX_JSON_DEPTH, LaunchError, check_json_text
 from .frameworks import framework_label
+from .support import NATIVE_VAR
 
 
 @dataclass
@@ -101,7 +102,6 @@ class Launch:
         return d
 
 
-NATIVE_VAR = {"vllm": "VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE", "sglang": "SGLANG_FLASHINFER_WORKSPACE_SIZE"}
 # Leading VAR=value assignments of a launch command that change the plan (read, not skipped):
 # SGLang's deterministic split tile sizes (flashinfer_backend.py, get_int_env_var).
 READ_ENV = ("SGLANG_FLASHINFER_PREFILL_SPLIT_TILE_SIZE", "SGLANG_FLASHINFER_DECODE_SPLIT_TILE_SIZE")

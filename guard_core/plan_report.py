@@ -20,7 +20,7 @@ from . import flashinfer_model as fm
 from .decisions import moe_verdict
 from .dispatch import (PlannerFacts, choose_planners, dtype_bytes, dtype_kind, fa3_head_dim_gate,
                        vllm_query_dtypes)
-from .frameworks import (NATIVE_VAR, Deployment, derive, framework_label, gpu_memory, is_aarch64_gpu,
+from .frameworks import (Deployment, derive, framework_label, gpu_memory, is_aarch64_gpu,
                          sglang_tensor_core_decode, short_line, workspace_source, default_workspace,
                          vllm_per_phase_builder)
 from .gpus import find_spec
@@ -28,6 +28,7 @@ from .hf_cache import find_config, looks_like_model_id
 from .launch import LaunchError, attention_backend_note, parse_launch
 from .presets import DEFAULT_MODEL, ModelError, ModelFacts, find_preset, load_model
 from .settings import Settings
+from .support import NATIVE_VAR
 from .groups import server_view
 from .sizing import (INT_WORKSPACE_BYTES, AttentionLayout, Planners, ServingLimits, compute_requirement,
                      largest_fitting_capture, longest_fitting_context, round_up_mib)

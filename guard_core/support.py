@@ -35,6 +35,8 @@ CHECKED_LINES = {
 LINE_PARTS = {"vllm": 2, "sglang": 3}
 DISPLAY = {"vllm": "vLLM", "sglang": "SGLang", "flashinfer": "FlashInfer"}
 DISTRIBUTION = {"vllm": "vllm", "sglang": "sglang"}
+# Each server's own workspace-size variable (the one place: frameworks, launch and both adapters read it here).
+NATIVE_VAR = {"vllm": "VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE", "sglang": "SGLANG_FLASHINFER_WORKSPACE_SIZE"}
 
 # ------------------------------------------------------------ FlashInfer releases
 

@@ -24,8 +24,9 @@ Any exception in our part: one warning, SGLang's own behaviour.
 
 from __future__ import annotations
 
+from guard_core.support import NATIVE_VAR as _NATIVE_VARS
 
-NATIVE_VAR = "SGLANG_FLASHINFER_WORKSPACE_SIZE"
+NATIVE_VAR = _NATIVE_VARS["sglang"]
 _SKIP_CLASSES = ("TRTLLMHAAttnBackend",)
 _user_size: list = []  # [int|None] once known: the user's export at process start
 _reported: list = []  # a workspace line was logged in this process
@@ -521,8 +522,7 @@ class _Sizing:
             refused = exact_refusal("SGLang", installed_version("sglang"), self.fi_version)
         return decide_workspace(self.requirement, framework="sglang", server_bytes=int(server_bytes),
                                 user_bytes=user, user_var=NATIVE_VAR, settings=settings,
-                                flashinfer_version=self.fi_version, layout=self.layout, gpu=self.gpu,
-                                exact_refused=refused)
+                                flashinfer_version=self.fi_version, exact_refused=refused)
 
     def _decide_fixed_split(self, server_bytes, settings):
         """Deterministic inference: the need when affordable (over SGLang's forced 2 GiB),

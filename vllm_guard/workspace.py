@@ -16,12 +16,13 @@ model runner shares the first builder's buffer) is checked the same way.
 from __future__ import annotations
 
 from guard_core.patching import guarded, unwrap_attr, when_imported, wrap_attr
+from guard_core.support import NATIVE_VAR as _NATIVE_VARS
 
 from ._log import get_log
 
 BACKEND = "vllm.v1.attention.backends.flashinfer"
 BUILDER = "FlashInferMetadataBuilder"
-NATIVE_VAR = "VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE"
+NATIVE_VAR = _NATIVE_VARS["vllm"]
 
 _patched: list[tuple[object, str]] = []
 
@@ -356,8 +357,7 @@ def decide(builder, module):
         refused = exact_refusal("vLLM", installed_version("vllm"), fi)
     dec = decide_workspace(
         req, framework="vLLM", server_bytes=server, user_bytes=user, user_var=NATIVE_VAR,
-        settings=settings, flashinfer_version=fi, layout=req.layout if req else None, gpu=gpu,
-        exact_refused=refused,
+        settings=settings, flashinfer_version=fi, exact_refused=refused,
     )
     return dec, server
 
