@@ -120,6 +120,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="flashinfer-guard", description="Size FlashInfer's workspace before it crashes a server.")
     p.add_argument("--version", action="version", version=f"flashinfer-guard {__version__}")
     sub = p.add_subparsers(dest="cmd", parser_class=_Parser)
+    _add_plan_parser(sub)
+    _add_doctor_parser(sub)
+    _add_presets_parser(sub)
+    return p
+
+
+def _add_plan_parser(sub) -> None:
+    """``flashinfer-guard plan``: its options in the order ``--help`` lists them."""
     pl = sub.add_parser(
         "plan", help="will this deployment overflow FlashInfer's workspace, and what fixes it?",
         usage="flashinfer-guard plan [options] [-- LAUNCH COMMAND ...]",
@@ -127,6 +135,15 @@ def build_parser() -> argparse.ArgumentParser:
                     "simulated framework line chooses on the simulated GPU; the server's own launch command can "
                     "follow `--` (vllm serve MODEL ..., python -m vllm.entrypoints.openai.api_server --model ..., "
                     "python -m sglang.launch_server --model-path ...). Plan options override the command.")
+    _add_model_options(pl)
+    _add_server_options(pl)
+    _add_limit_options(pl)
+    _add_dtype_and_planner_options(pl)
+    _add_output_options(pl)
+
+
+def _add_model_options(pl) -> None:
+    """plan: the model (a name, a config.json, or raw heads) and its parallelism."""
     pl.add_argument("--model", default=None,
                     help=f"Hugging Face id (read from the local HF cache, then the presets), preset name, or a "
                          f"config.json path; default: the command's model, else {DEFAULT_MODEL}")
@@ -141,6 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="attention tensor-parallel size; default: the command's, else 1")
     pl.add_argument("--dcp", type=_positive("--dcp"), default=None,
                     help="decode context parallel size (vLLM); default: the command's, else 1")
+
+
+def _add_server_options(pl) -> None:
+    """plan: the GPU, FlashInfer, the server line and how its command is read."""
     pl.add_argument("--gpu", default=None, help=f"GPU simulated, one of: {', '.join(gpu_names())}; default b300")
     pl.add_argument("--sms", type=_positive("--sms"), default=None,
                     help="SM count (required for a GPU not in the table); default: the table's for --gpu")
@@ -164,6 +185,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--host-arch", choices=("x86_64", "aarch64"), default=None,
                     help="CPU of the server host, for the MoE guard; default: aarch64 for GB200/GB300/GH200/GB10, "
                          "else x86_64")
+
+
+def _add_limit_options(pl) -> None:
+    """plan: the serving limits (capture sizes, requests, tokens, context, drafts, pages)."""
     pl.add_argument("--max-capture-batch", type=_positive("--max-capture-batch"), default=None,
                     help="CUDA-graph capture ceiling (vLLM --max-cudagraph-capture-size, SGLang --cuda-graph-max-bs); "
                          "default: the line's rule")
@@ -180,6 +205,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="speculative tokens per step; default: the command's, else 0")
     pl.add_argument("--page-size", type=_positive("--page-size"), default=None,
                     help="KV page size; default: the command's, else vLLM 16 / SGLang 1")
+
+
+def _add_dtype_and_planner_options(pl) -> None:
+    """plan: KV-cache dtype, model reader, forced planners, fixed-split mode."""
     pl.add_argument("--kv-dtype-bytes", type=_positive("--kv-dtype-bytes"), default=None,
                     help="bytes per KV element; default: from the KV-cache dtype (2, or 1 for FP8); 1 alone "
                          "means an FP8 cache, as --kv-cache-dtype fp8")
@@ -200,18 +229,27 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--kv-pool-tokens", type=_positive("--kv-pool-tokens"), default=None,
                     help="tokens the KV pool holds (SGLang max_total_num_tokens, --max-total-tokens); bounds one "
                          "deterministic decode batch; default: one full-context request plus one-token requests")
+
+
+def _add_output_options(pl) -> None:
+    """plan: the buffer checked and the output form."""
     pl.add_argument("--workspace", default=None,
                     help="check against this buffer (bytes or 512MiB) instead of the server's default")
     pl.add_argument("--all", action="store_true", help="list every capture size, not only the largest")
     pl.add_argument("--json", action="store_true", help="machine-readable output, one entry per scenario")
+
+
+def _add_doctor_parser(sub) -> None:
     dr = sub.add_parser("doctor", help="inspect this environment: versions, entry points, what each guard would do")
     dr.add_argument("--model", default=None,
                     help="also read this config.json (or directory): its attention groups by the built-in reader "
                          "and by each installed server's own config code, and whether they agree")
     dr.add_argument("--tp", type=_positive("--tp"), default=1, help="tensor parallel size for --model; default 1")
+
+
+def _add_presets_parser(sub) -> None:
     pr = sub.add_parser("presets", help="list the embedded models")
     pr.add_argument("--json", action="store_true")
-    return p
 
 
 def _resolve_gpu(a) -> Gpu:

@@ -251,34 +251,12 @@ def vllm_defaults(d: Deployment, line: str, line_source: str) -> Defaults:
     rules = known_line("vllm", line)
     label = f"vLLM {short_line(line)}"
     out = Defaults("vllm", line, line_source)
-    v, notes = out.values, out.notes
+    v = out.values
     given = "in the command" if d.source == "command" else "given"
-    tp, pp, dp = d.tp or 1, d.pp or 1, d.dp or 1
-    v["tp"] = Derived(tp, "given" if d.tp else f"{label} default", bool(d.tp))
-    if d.dp and d.dp > 1:
-        v["dp"] = Derived(dp, f"{given}: each DP rank holds all attention heads (attention TP {tp})", True)
-    if d.pp and d.pp > 1:
-        v["pp"] = Derived(pp, given, True)
-    v["dcp"] = Derived(d.dcp or 1, given if d.dcp else f"{label} default", bool(d.dcp))
+    _vllm_parallel(v, d, label, given)
     seqs_t, tokens_t, tier = vllm_batch_tier(line, d.gpu_key, d.gpu_name, d.cc)
     k = d.draft_tokens or 0
-    # batched tokens
-    if d.max_batched_tokens:
-        tokens = Derived(d.max_batched_tokens, given, True)
-    else:
-        batched_dp = (_ge(rules, "0.23.0") and d.expert_parallel and dp > 1
-                      and (d.all2all_backend or "") in ("deepep_low_latency", "nixl_ep"))
-        if batched_dp:
-            tokens = Derived(256, f"{label} default with DP + expert parallel over {d.all2all_backend}")
-        else:
-            tokens = Derived(tokens_t, tier)
-        t = tokens.value
-        mlen = d.max_model_len or d.model_max_len
-        if d.chunked_prefill is False and mlen and mlen > t:
-            tokens = Derived(mlen, f"{label}: chunked prefill off, so at least max model len {mlen}")
-        seqs_for_cap = d.max_num_seqs or seqs_t
-        if mlen and seqs_for_cap * mlen < tokens.value:
-            tokens = Derived(seqs_for_cap * mlen, f"{label}: at most max seqs x max model len ({seqs_for_cap} x {mlen})")
+    tokens = _vllm_batched_tokens(d, rules, label, given, tokens_t, seqs_t, tier)
     v["max_batched_tokens"] = tokens
     if d.max_num_seqs:
         v["max_num_seqs"] = Derived(d.max_num_seqs, given, True)
@@ -297,11 +275,51 @@ def vllm_defaults(d: Deployment, line: str, line_source: str) -> Defaults:
         v["max_model_len"] = Derived(d.model_max_len, "the model's config.json (max_position_embeddings)")
     v["page_size"] = Derived(d.page_size or 16, given if d.page_size else f"{label} default block size",
                              bool(d.page_size))
-    # CUDA graphs
     if d.eager:
         v["capture_sizes"] = Derived((), f"eager mode ({given}): no CUDA graphs", True)
         out.decode_graph_sizes = ()
-        return _vllm_workspace(out, d, label, tokens_n)
+    else:
+        _vllm_cuda_graphs(out, d, rules, label, given, seqs, k, tokens_n)
+    return _vllm_workspace(out, d, label, tokens_n)
+
+
+def _vllm_parallel(v: dict, d: Deployment, label: str, given: str) -> None:
+    """tp, dp, pp, dcp: given, or the line's default of 1."""
+    tp, pp, dp = d.tp or 1, d.pp or 1, d.dp or 1
+    v["tp"] = Derived(tp, "given" if d.tp else f"{label} default", bool(d.tp))
+    if d.dp and d.dp > 1:
+        v["dp"] = Derived(dp, f"{given}: each DP rank holds all attention heads (attention TP {tp})", True)
+    if d.pp and d.pp > 1:
+        v["pp"] = Derived(pp, given, True)
+    v["dcp"] = Derived(d.dcp or 1, given if d.dcp else f"{label} default", bool(d.dcp))
+
+
+def _vllm_batched_tokens(d: Deployment, rules: str, label: str, given: str, tokens_t: int, seqs_t: int,
+                         tier: str) -> Derived:
+    """max_num_batched_tokens: given, or the GPU tier's, bounded as the line bounds it."""
+    if d.max_batched_tokens:
+        return Derived(d.max_batched_tokens, given, True)
+    dp = d.dp or 1
+    batched_dp = (_ge(rules, "0.23.0") and d.expert_parallel and dp > 1
+                  and (d.all2all_backend or "") in ("deepep_low_latency", "nixl_ep"))
+    if batched_dp:
+        tokens = Derived(256, f"{label} default with DP + expert parallel over {d.all2all_backend}")
+    else:
+        tokens = Derived(tokens_t, tier)
+    t = tokens.value
+    mlen = d.max_model_len or d.model_max_len
+    if d.chunked_prefill is False and mlen and mlen > t:
+        tokens = Derived(mlen, f"{label}: chunked prefill off, so at least max model len {mlen}")
+    seqs_for_cap = d.max_num_seqs or seqs_t
+    if mlen and seqs_for_cap * mlen < tokens.value:
+        tokens = Derived(seqs_for_cap * mlen, f"{label}: at most max seqs x max model len ({seqs_for_cap} x {mlen})")
+    return tokens
+
+
+def _vllm_cuda_graphs(out: Defaults, d: Deployment, rules: str, label: str, given: str, seqs: int, k: int,
+                      tokens_n: int) -> None:
+    """The capture ceiling, the capture list and the sizes FlashInfer plans decode graphs for."""
+    v, notes = out.values, out.notes
     ceiling_limit = 1024 if (_ge(rules, "0.29.0") and d.cc[0] == 10) else 512
     uniform: list[int] = []
     if d.max_capture:
@@ -344,7 +362,6 @@ def vllm_defaults(d: Deployment, line: str, line_source: str) -> Defaults:
                      f"{decode_max} = (1 + draft tokens) x max seqs ({seqs}); larger graphs run mixed batches")
     elif sizes and max(sizes) > decode_max:
         notes.append(f"FlashInfer plans decode graphs only up to {decode_max} = (1 + draft tokens) x max seqs")
-    return _vllm_workspace(out, d, label, tokens_n)
 
 
 def _vllm_workspace(out: Defaults, d: Deployment, label: str, tokens: int) -> Defaults:

@@ -230,14 +230,8 @@ def text_scope(cfg: dict, name: str = "config.json") -> tuple[dict, dict | None]
     return cfg, None
 
 
-def read_config(cfg: dict, name: str = "config.json") -> ModelGroups:
-    """The attention groups of a published config.json, as the servers read it."""
-    if not isinstance(cfg, dict):
-        raise GroupsError(f"{name}: not a JSON object")
-    text, defaults = text_scope(cfg, name)
-    archs = cfg.get("architectures") or text.get("architectures") or ["?"]
-    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else "?"
-
+def _raw_reader(cfg: dict, text: dict, defaults: dict | None):
+    """``raw(*keys)``: the first key set in the text scope, then its defaults, then the top level."""
     def raw(*keys):
         for k in keys:
             if text.get(k) is not None:
@@ -251,6 +245,18 @@ def read_config(cfg: dict, name: str = "config.json") -> ModelGroups:
                 if cfg.get(k) is not None:
                     return cfg[k]
         return None
+
+    return raw
+
+
+def read_config(cfg: dict, name: str = "config.json") -> ModelGroups:
+    """The attention groups of a published config.json, as the servers read it."""
+    if not isinstance(cfg, dict):
+        raise GroupsError(f"{name}: not a JSON object")
+    text, defaults = text_scope(cfg, name)
+    archs = cfg.get("architectures") or text.get("architectures") or ["?"]
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else "?"
+    raw = _raw_reader(cfg, text, defaults)
 
     model_type = text.get("model_type") or cfg.get("model_type") or ""
     heads_raw = raw("num_attention_heads", "n_head", "num_heads")
@@ -273,31 +279,10 @@ def read_config(cfg: dict, name: str = "config.json") -> ModelGroups:
         kv_raw = raw("multi_query_group_num")
     kv = _int(kv_raw, "num_key_value_heads", name, hi=4096) if kv_raw is not None else heads
 
-    kv_lora = raw("kv_lora_rank")
-    if kv_lora is not None and model_type == "minicpm3":
-        dqk = _int(raw("qk_nope_head_dim"), "qk_nope_head_dim", name) + _int(raw("qk_rope_head_dim"),
-                                                                               "qk_rope_head_dim", name)
-        g = AttentionGroup("full", heads, heads, dqk, dqk, max(layers, 1))
-        return ModelGroups(name, arch, (g,), layers, (), max_len, "built-in reader",
-                           ("MiniCPM3: ordinary attention with qk_nope + qk_rope head dim, the value padded to it "
-                            "(vLLM minicpm3.py)",))
-    if kv_lora is not None:
-        dqk = int(raw("qk_nope_head_dim") or 128) + int(raw("qk_rope_head_dim") or 64)
-        g = AttentionGroup("mla", heads, heads, dqk, int(raw("v_head_dim") or 128), max(layers, 1))
-        return ModelGroups(name, arch, (g,), layers, (), max_len, "built-in reader",
-                           ("MLA: FlashInfer's MLA planner and its own buffer",))
+    if raw("kv_lora_rank") is not None:
+        return _lora_kv_groups(raw, name, arch, model_type, heads, layers, max_len)
 
-    # head dim: head_dim, ChatGLM's kv_channels, Nemotron-H's attention_head_dim,
-    # else hidden_size / heads (vLLM ModelConfig.get_head_size)
-    hd = raw("head_dim", "kv_channels", "attention_head_dim")
-    if hd is None:
-        hidden = raw("hidden_size", "n_embd", "d_model")
-        if hidden is None:
-            raise GroupsError(f"{name}: neither head_dim nor hidden_size given")
-        hd = _int(hidden, "hidden_size", name) // heads
-    hd = _int(hd, "head_dim", name, hi=2048)
-    vdim = raw("v_head_dim")
-    vdim = _int(vdim, "v_head_dim", name, hi=2048) if vdim is not None else hd
+    hd, vdim = _head_dims(raw, name, heads)
     if heads % kv:
         raise GroupsError(f"{name}: {heads} query heads are not a multiple of {kv} KV heads")
     window = raw("sliding_window")
@@ -310,52 +295,96 @@ def read_config(cfg: dict, name: str = "config.json") -> ModelGroups:
 
     kinds = _layer_kinds(text, cfg, raw, model_type, layers, window, name)
 
-    # Nemotron-NAS (Llama-3.3-Nemotron-Super-49B): per-layer block_configs;
-    # attention.no_op layers have no attention, the others n_heads_in_group query
-    # heads per KV head (vllm 0.33 models/nemotron_nas.py DeciLMDecoderLayer:134,148
-    # looks at no_op only; model_arch_config_convertor.py NemotronNasModelArchConfigConvertor)
     blocks = raw("block_configs")
     if isinstance(blocks, list) and blocks:
-        for b in blocks:
-            a = b.get("attention", {}) if isinstance(b, dict) else {}
-            if a.get("no_op"):
-                other["no attention (block no_op)"] = other.get("no attention (block no_op)", 0) + 1
-                continue
-            n = _int(a.get("n_heads_in_group"), "block_configs attention.n_heads_in_group", name, hi=4096)
-            groups.append(AttentionGroup("full", heads, heads // n, hd, vdim, 1))
-        return ModelGroups(name, arch, merge(groups), len(blocks), tuple(other.items()), max_len,
-                           "built-in reader", tuple(notes))
+        return _block_config_groups(blocks, name, arch, heads, hd, vdim, max_len)
 
     for k in kinds:
         if k not in KINDS:
             other[k] = other.get(k, 0) + 1
             continue
-        q, kvh, dqk, dvo, win, snk = heads, kv, hd, vdim, None, sinks
-        if k == "sliding":
-            win = window
-        if model_type in ("gemma4", "gemma4_text") and k == "full":
-            # Gemma 4 full-attention layers: global_head_dim; num_global_key_value_heads when
-            # attention_k_eq_v (vllm models/gemma4.py Gemma4DecoderLayer.__init__)
-            dqk = dvo = _int(raw("global_head_dim") or hd, "global_head_dim", name, hi=2048)
-            gkv = raw("num_global_key_value_heads") if raw("attention_k_eq_v") else None
-            kvh = _int(gkv, "num_global_key_value_heads", name, hi=4096) if gkv is not None else kv
-        if model_type == "mimo_v2_flash" and k == "sliding":
-            # MiMo-V2-Flash's SWA layers: their own heads and head dims, sink bias
-            # (vllm models/mimo_v2_flash.py: swa_num_attention_heads, swa_num_key_value_heads,
-            # swa_head_dim, swa_v_head_dim, add_swa_attention_sink_bias)
-            q = raw("swa_num_attention_heads") or heads
-            kvh = raw("swa_num_key_value_heads") or kv
-            dqk = raw("swa_head_dim") or hd
-            dvo = raw("swa_v_head_dim") or vdim
-            win = raw("sliding_window_size", "sliding_window") or window
-            snk = bool(raw("add_swa_attention_sink_bias"))
-        if model_type == "mimo_v2_flash" and k == "full":
-            snk = bool(raw("add_full_attention_sink_bias"))
-        if k == "chunked":
-            win = raw("attention_chunk_size")
-        groups.append(AttentionGroup(k, int(q), int(kvh), int(dqk), int(dvo), 1, win, snk))
+        groups.append(_layer_group(k, raw, name, model_type, heads, kv, hd, vdim, window, sinks))
     return ModelGroups(name, arch, merge(groups), layers, tuple(other.items()), max_len, "built-in reader",
                        tuple(notes))
+
+
+def _lora_kv_groups(raw, name: str, arch: str, model_type: str, heads: int, layers: int,
+                    max_len: int | None) -> ModelGroups:
+    """A config with kv_lora_rank: MiniCPM3's ordinary attention, or MLA (its own planner)."""
+    if model_type == "minicpm3":
+        dqk = _int(raw("qk_nope_head_dim"), "qk_nope_head_dim", name) + _int(raw("qk_rope_head_dim"),
+                                                                               "qk_rope_head_dim", name)
+        g = AttentionGroup("full", heads, heads, dqk, dqk, max(layers, 1))
+        return ModelGroups(name, arch, (g,), layers, (), max_len, "built-in reader",
+                           ("MiniCPM3: ordinary attention with qk_nope + qk_rope head dim, the value padded to it "
+                            "(vLLM minicpm3.py)",))
+    dqk = int(raw("qk_nope_head_dim") or 128) + int(raw("qk_rope_head_dim") or 64)
+    g = AttentionGroup("mla", heads, heads, dqk, int(raw("v_head_dim") or 128), max(layers, 1))
+    return ModelGroups(name, arch, (g,), layers, (), max_len, "built-in reader",
+                       ("MLA: FlashInfer's MLA planner and its own buffer",))
+
+
+def _head_dims(raw, name: str, heads: int) -> tuple[int, int]:
+    """(qk head dim, value head dim): head_dim, ChatGLM's kv_channels, Nemotron-H's
+    attention_head_dim, else hidden_size / heads (vLLM ModelConfig.get_head_size)."""
+    hd = raw("head_dim", "kv_channels", "attention_head_dim")
+    if hd is None:
+        hidden = raw("hidden_size", "n_embd", "d_model")
+        if hidden is None:
+            raise GroupsError(f"{name}: neither head_dim nor hidden_size given")
+        hd = _int(hidden, "hidden_size", name) // heads
+    hd = _int(hd, "head_dim", name, hi=2048)
+    vdim = raw("v_head_dim")
+    vdim = _int(vdim, "v_head_dim", name, hi=2048) if vdim is not None else hd
+    return hd, vdim
+
+
+def _block_config_groups(blocks: list, name: str, arch: str, heads: int, hd: int, vdim: int,
+                         max_len: int | None) -> ModelGroups:
+    """Nemotron-NAS (Llama-3.3-Nemotron-Super-49B): per-layer block_configs;
+    attention.no_op layers have no attention, the others n_heads_in_group query
+    heads per KV head (vllm 0.33 models/nemotron_nas.py DeciLMDecoderLayer:134,148
+    looks at no_op only; model_arch_config_convertor.py NemotronNasModelArchConfigConvertor)."""
+    groups: list[AttentionGroup] = []
+    other: dict[str, int] = {}
+    for b in blocks:
+        a = b.get("attention", {}) if isinstance(b, dict) else {}
+        if a.get("no_op"):
+            other["no attention (block no_op)"] = other.get("no attention (block no_op)", 0) + 1
+            continue
+        n = _int(a.get("n_heads_in_group"), "block_configs attention.n_heads_in_group", name, hi=4096)
+        groups.append(AttentionGroup("full", heads, heads // n, hd, vdim, 1))
+    return ModelGroups(name, arch, merge(groups), len(blocks), tuple(other.items()), max_len,
+                       "built-in reader", ())
+
+
+def _layer_group(k: str, raw, name: str, model_type: str, heads: int, kv: int, hd: int, vdim: int,
+                 window: int | None, sinks: bool) -> AttentionGroup:
+    """One attention layer of kind ``k``, with the per-kind overrides some models carry."""
+    q, kvh, dqk, dvo, win, snk = heads, kv, hd, vdim, None, sinks
+    if k == "sliding":
+        win = window
+    if model_type in ("gemma4", "gemma4_text") and k == "full":
+        # Gemma 4 full-attention layers: global_head_dim; num_global_key_value_heads when
+        # attention_k_eq_v (vllm models/gemma4.py Gemma4DecoderLayer.__init__)
+        dqk = dvo = _int(raw("global_head_dim") or hd, "global_head_dim", name, hi=2048)
+        gkv = raw("num_global_key_value_heads") if raw("attention_k_eq_v") else None
+        kvh = _int(gkv, "num_global_key_value_heads", name, hi=4096) if gkv is not None else kv
+    if model_type == "mimo_v2_flash" and k == "sliding":
+        # MiMo-V2-Flash's SWA layers: their own heads and head dims, sink bias
+        # (vllm models/mimo_v2_flash.py: swa_num_attention_heads, swa_num_key_value_heads,
+        # swa_head_dim, swa_v_head_dim, add_swa_attention_sink_bias)
+        q = raw("swa_num_attention_heads") or heads
+        kvh = raw("swa_num_key_value_heads") or kv
+        dqk = raw("swa_head_dim") or hd
+        dvo = raw("swa_v_head_dim") or vdim
+        win = raw("sliding_window_size", "sliding_window") or window
+        snk = bool(raw("add_swa_attention_sink_bias"))
+    if model_type == "mimo_v2_flash" and k == "full":
+        snk = bool(raw("add_full_attention_sink_bias"))
+    if k == "chunked":
+        win = raw("attention_chunk_size")
+    return AttentionGroup(k, int(q), int(kvh), int(dqk), int(dvo), 1, win, snk)
 
 
 def _layer_kinds(text, cfg, raw, model_type, layers, window, name) -> list[str]:

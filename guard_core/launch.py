@@ -598,36 +598,52 @@ def vllm_preprocess(args: list[str], serve: bool, table: dict) -> list[str]:
     (vllm/utils/argparse_utils.py, 0.23 and 0.33)."""
     args = list(args)
     if serve:
-        args = ["serve"] + args
-        idx = next((i for i, a in enumerate(args) if re.match(r"^--model(=.+|$)", a)), None)
-        if idx is not None:
-            if args[idx] == "--model":
-                if idx + 1 >= len(args):
-                    raise LaunchError("--model in the launch command needs a value")
-                tag, rest_start = args[idx + 1], idx + 2
-            else:
-                tag, rest_start = args[idx][len("--model="):], idx + 1
-            args = ["serve", tag] + args[1:idx] + args[rest_start:]
+        args = _vllm_model_first(["serve"] + args)
     if "--config" in args:
-        if args.count("--config") > 1:
-            raise LaunchError("more than one --config in the launch command (vLLM refuses it)")
-        i = args.index("--config")
-        if i == len(args) - 1:
-            raise LaunchError("--config in the launch command needs a YAML file")
-        cfg = _vllm_config_args(args[i + 1], table)
-        if serve:
-            model_in_cli = len(args) > 1 and not args[1].startswith("-")
-            if not model_in_cli and "--model" not in cfg:
-                raise LaunchError("no model in the launch command or its --config (vLLM refuses it)")
-            if model_in_cli:
-                args = args[:2] + cfg + args[2:i] + args[i + 2:]
-            else:
-                mi = cfg.index("--model")
-                model = cfg[mi + 1] if mi + 1 < len(cfg) else ""
-                cfg = cfg[:mi] + cfg[mi + 2:]
-                args = args[:1] + [model] + cfg + args[1:i] + args[i + 2:]
+        args = _vllm_config_inline(args, serve, table)
+    return _vllm_dotted_options(_vllm_normalise_flags(args, table))
+
+
+def _vllm_model_first(args: list[str]) -> list[str]:
+    """``serve ... --model M ...`` -> ``serve M ...`` (vLLM moves --model to the positional)."""
+    idx = next((i for i, a in enumerate(args) if re.match(r"^--model(=.+|$)", a)), None)
+    if idx is None:
+        return args
+    if args[idx] == "--model":
+        if idx + 1 >= len(args):
+            raise LaunchError("--model in the launch command needs a value")
+        tag, rest_start = args[idx + 1], idx + 2
+    else:
+        tag, rest_start = args[idx][len("--model="):], idx + 1
+    return ["serve", tag] + args[1:idx] + args[rest_start:]
+
+
+def _vllm_config_inline(args: list[str], serve: bool, table: dict) -> list[str]:
+    """``--config serve.yaml``: its options spliced in where vLLM splices them."""
+    if args.count("--config") > 1:
+        raise LaunchError("more than one --config in the launch command (vLLM refuses it)")
+    i = args.index("--config")
+    if i == len(args) - 1:
+        raise LaunchError("--config in the launch command needs a YAML file")
+    cfg = _vllm_config_args(args[i + 1], table)
+    if serve:
+        model_in_cli = len(args) > 1 and not args[1].startswith("-")
+        if not model_in_cli and "--model" not in cfg:
+            raise LaunchError("no model in the launch command or its --config (vLLM refuses it)")
+        if model_in_cli:
+            args = args[:2] + cfg + args[2:i] + args[i + 2:]
         else:
-            args = cfg + args[:i] + args[i + 2:]
+            mi = cfg.index("--model")
+            model = cfg[mi + 1] if mi + 1 < len(cfg) else ""
+            cfg = cfg[:mi] + cfg[mi + 2:]
+            args = args[:1] + [model] + cfg + args[1:i] + args[i + 2:]
+    else:
+        args = cfg + args[:i] + args[i + 2:]
+    return args
+
+
+def _vllm_normalise_flags(args: list[str], table: dict) -> list[str]:
+    """``_`` for ``-`` in option names (up to the first dot); ``-O3`` -> ``--optimization-level 3``."""
     pattern = re.compile(r"(?<=--)[^\.]*")
     out: list[str] = []
     for i, arg in enumerate(args):
@@ -644,7 +660,11 @@ def vllm_preprocess(args: list[str], serve: bool, table: dict) -> list[str]:
             out.append("--optimization-level")
         else:
             out.append(arg)
-    # dotted options: --x.key value / -cc.key=value / --x.key+ a,b -> --x JSON
+    return out
+
+
+def _vllm_dotted_options(out: list[str]) -> list[str]:
+    """Dotted options: ``--x.key value`` / ``-cc.key=value`` / ``--x.key+ a,b`` -> ``--x JSON``."""
     dicts: dict = {}
     keep: list[str] = []
     skip = set()
@@ -924,6 +944,14 @@ def _resolve_vllm(out: Launch, ns: dict) -> set:
         out.eager = _bool("--enforce-eager", ns["enforce_eager"])
     if has("enable_chunked_prefill"):
         out.chunked_prefill = _bool("--enable-chunked-prefill", ns["enable_chunked_prefill"])
+    _vllm_attention_config(out, ns, has)
+    _vllm_speculative(out, ns, has)
+    _vllm_graph_options(out, ns, has, read)
+    return read
+
+
+def _vllm_attention_config(out: Launch, ns: dict, has) -> None:
+    """--attention-config's backend (a JSON object or vLLM's config object)."""
     if has("attention_config"):
         ac = _json_obj("--attention-config", ns["attention_config"])
         be = ac.get("backend")
@@ -931,7 +959,10 @@ def _resolve_vllm(out: Launch, ns: dict) -> set:
             be = getattr(be, "name", str(be))
         if be:
             out.attention_backend = str(be)
-    # speculative decoding (-sc, --speculative-config, dotted -sc.key)
+
+
+def _vllm_speculative(out: Launch, ns: dict, has) -> None:
+    """Speculative decoding (-sc, --speculative-config, dotted -sc.key)."""
     if has("speculative_config"):
         sc = _json_obj("--speculative-config", ns["speculative_config"])
         n = sc.get("num_speculative_tokens")
@@ -942,7 +973,10 @@ def _resolve_vllm(out: Launch, ns: dict) -> set:
             out.speculative = str(method or "speculative")
             if n is None and method and str(method).endswith(_MTP_SUFFIX):
                 out.draft_tokens_from_model = True
-    # CUDA graphs: the top-level options and the compilation config (-cc, -O JSON, dotted)
+
+
+def _vllm_graph_options(out: Launch, ns: dict, has, read: set) -> None:
+    """CUDA graphs: the top-level options and the compilation config (-cc, -O JSON, dotted)."""
     cc = {}
     if has("compilation_config"):
         cc = _json_obj("--compilation-config", ns["compilation_config"])
@@ -973,7 +1007,6 @@ def _resolve_vllm(out: Launch, ns: dict) -> set:
             # OPTIMIZATION_LEVEL_00 sets cudagraph_mode NONE where the user set no mode
             # (vllm/config/vllm.py, 0.19.1-0.33)
             out.eager = True
-    return read
 
 
 def _resolve_sglang(out: Launch, ns: dict) -> set:
