@@ -101,30 +101,101 @@ def _pick(flag_value, cmd_value, name: str, notes: list, flag: str):
 
 
 def build(a, resolve_gpu, environ=None) -> dict:
-    """The plan for parsed options ``a`` (``a.launch``: the command after ``--`` or None)."""
+    """The plan for parsed options ``a`` (``a.launch``: the command after ``--`` or None).
+
+    The steps, in order: read the launch command; resolve the model, the GPU and the
+    deployment (flags over the command); derive the line's defaults; read the model's
+    attention groups (the server's own reader where installed); choose the planners;
+    size every group; compare with the server's buffer; the remedies."""
     notes: list[str] = []
-    launch = None
-    if getattr(a, "launch", None) is not None:
-        try:
-            launch = parse_launch(a.launch, line=getattr(a, "framework_version", None),
-                                  reader=getattr(a, "launch_reader", None) or "auto",
-                                  environ=os.environ if environ is None else environ)
-        except LaunchError as exc:
-            raise PlanUsageError(str(exc)) from None
-    if launch and launch.image_line and not getattr(a, "framework_version", None):
+    L = _read_launch(a, environ, notes)
+    fw = a.framework or (L.framework if L else "vllm")
+    if L and a.framework and a.framework != L.framework:
+        raise PlanUsageError(f"--framework {a.framework} contradicts the launch command, which starts "
+                             f"{framework_label(L.framework)}")
+    facts, model_source, model_max_len, model_path, model_name = _plan_model(a, L, environ, notes)
+    gpu = resolve_gpu(a)
+    spec = find_spec(a.gpu or "b300") if (a.gpu or a.sms is None) else None
+    gpu_key = spec.key if spec else None
+    d, kv_dtype = _deployment(a, L, fw, gpu, gpu_key, facts, model_max_len, model_name, environ, notes)
+    try:
+        defaults = derive(d)
+    except ValueError as exc:
+        raise PlanUsageError(str(exc)) from None
+    notes += defaults.notes
+    line, fi = defaults.line, defaults.get("flashinfer")
+    base = _base_record(a, L, fw, gpu, gpu_key, facts, model_source, defaults)
+    if facts.uses_mla:
+        base.update(verdict="not_applicable",
+                    reason="MLA model: FlashInfer's MLA planner uses its own buffer, not the one guarded here",
+                    notes=notes)
+        return base
+    if L:
+        _launch_notes(L, kv_dtype, notes)
+    tp_v = defaults.get("attn_tp") or defaults.get("tp") or 1
+    dcp_v = defaults.get("dcp") or 1
+    mg = facts.model_groups()
+    rank_groups, reader, not_applicable = _rank_groups(a, fw, mg, model_path, tp_v, environ)
+    if not_applicable:
+        base.update(verdict="not_applicable", reason=not_applicable, notes=notes)
+        return base
+    kv_dtype = _kv_dtype_for_bytes(a, kv_dtype, notes)
+    kv_kind = dtype_kind(kv_dtype)
+    kv_bytes = a.kv_dtype_bytes or dtype_bytes(kv_kind) or 2
+    det = fw == "sglang" and bool(getattr(a, "deterministic", False) or (L and L.deterministic))
+    if getattr(a, "deterministic", False) and fw != "sglang":
+        raise PlanUsageError("--deterministic is SGLang's --enable-deterministic-inference; vLLM's batch-invariant "
+                             "mode plans without split-KV (docs/deterministic.md)")
+    choice, pl_info = _choose(a, fw, gpu, line, kv_dtype, kv_kind, rank_groups, dcp_v, det)
+    decode_sizes = defaults.decode_graph_sizes
+    limits = ServingLimits(capture_sizes=decode_sizes, max_num_seqs=defaults.get("max_num_seqs"),
+                           max_num_batched_tokens=defaults.get("max_batched_tokens"),
+                           draft_tokens=defaults.get("draft_tokens") or 0, max_model_len=defaults.get("max_model_len"))
+    fixed_info = None
+    if det:
+        limits, fixed_info = _deterministic_limits(a, L, limits, gpu, notes)
+    sized = _size_groups(a, fw, gpu, fi, choice, rank_groups, limits, defaults.get("page_size"), kv_bytes)
+    if choice.missing:
+        p = sized["planners"]
+        flag = ("--trtllm-attention on|off" if any("TRT-LLM" in m for m in choice.missing) else
+                "--kv-cache-dtype" if any("KV" in m for m in choice.missing) else "--decode-planner/--prefill-planner")
+        pl_info["notes"].append(f"unknown here: {', '.join(choice.missing)}; sized every case and kept the larger "
+                                f"need ({p.decode} decode, {p.prefill} prefill); {flag} settles it")
+    g_top = sized["top"]
+    server, server_src, buffer = _buffers(a, L, fw, line, facts, limits, g_top.num_qo_heads, g_top.head_dim_qk, det)
+    result = _verdict(fw, fi, gpu, sized, limits, buffer, det, bool(decode_sizes))
+    if det:
+        base["fixed_split"] = _fixed_split_info(fixed_info, fw, fi, gpu, gpu_key, sized, limits, buffer, environ)
+    base.update(_report_fields(fw, gpu, tp_v, dcp_v, kv_bytes, kv_dtype, mg, sized, limits, decode_sizes, choice,
+                               pl_info, reader))
+    base.update(need=result.pop("need"), int_workspace_bytes=INT_WORKSPACE_BYTES, server_default_bytes=server,
+                server_default_source=server_src, workspace_bytes=buffer)
+    base.update(result, notes=notes + reader["notes"] + list(sized["req"].notes))
+    return base
+
+
+def _read_launch(a, environ, notes: list):
+    """The launch command after ``--`` read as its server reads it (None without one); a
+    version-tagged image sets the simulated line unless --framework-version does."""
+    if getattr(a, "launch", None) is None:
+        return None
+    try:
+        launch = parse_launch(a.launch, line=getattr(a, "framework_version", None),
+                              reader=getattr(a, "launch_reader", None) or "auto",
+                              environ=os.environ if environ is None else environ)
+    except LaunchError as exc:
+        raise PlanUsageError(str(exc)) from None
+    if launch.image_line and not getattr(a, "framework_version", None):
         # the image the command runs pins the server: simulate its line, not the one installed here
         a.framework_version = launch.image_line
         notes.append(f"simulating {framework_label(launch.framework)} {launch.image_line}: the image tag of the "
                      "launch command")
-    fw = a.framework or (launch.framework if launch else "vllm")
-    if launch and a.framework and a.framework != launch.framework:
-        raise PlanUsageError(f"--framework {a.framework} contradicts the launch command, which starts "
-                             f"{framework_label(launch.framework)}")
-    L = launch
-    # model
+    return launch
+
+
+def _plan_model(a, L, environ, notes: list):
+    """(facts, source, the config's max length, config path, the model name or None for raw heads)."""
     raw = (a.qo_heads, a.kv_heads, a.head_dim)
-    model_max_len = None
-    model_path = None
     if any(v is not None for v in raw):
         if a.model:
             raise PlanUsageError("give either --model or --qo-heads/--kv-heads/--head-dim, not both")
@@ -133,28 +204,25 @@ def build(a, resolve_gpu, environ=None) -> dict:
         if a.qo_heads % a.kv_heads:
             raise PlanUsageError(f"--qo-heads {a.qo_heads} must be a multiple of --kv-heads {a.kv_heads}")
         facts = ModelFacts("custom", "custom", "custom", a.qo_heads, a.kv_heads, a.head_dim, a.v_head_dim)
-        model_source = "given heads"
-    else:
-        name = a.model or (L.model if L else None)
-        if a.model and L and L.model and a.model != L.model:
-            notes.append(f"--model {a.model} replaces the command's model {L.model}")
-        if name is None:
-            name = DEFAULT_MODEL
-            model_source_default = True
-        else:
-            model_source_default = False
-        try:
-            facts, model_source, model_max_len, model_path = resolve_model(name, environ)
-        except ModelError as exc:
-            raise PlanUsageError(str(exc)) from None
-        if model_source_default:
-            model_source = "the default model, the vLLM seed's"
-        model_source = f"{name}: {model_source}" if name != facts.name else model_source
-    # GPU
-    gpu = resolve_gpu(a)
-    spec = find_spec(a.gpu or "b300") if (a.gpu or a.sms is None) else None
-    gpu_key = spec.key if spec else None
-    # parallel layout and limits: flag, else command
+        return facts, "given heads", None, None, None
+    name = a.model or (L.model if L else None)
+    if a.model and L and L.model and a.model != L.model:
+        notes.append(f"--model {a.model} replaces the command's model {L.model}")
+    model_source_default = name is None
+    if name is None:
+        name = DEFAULT_MODEL
+    try:
+        facts, model_source, model_max_len, model_path = resolve_model(name, environ)
+    except ModelError as exc:
+        raise PlanUsageError(str(exc)) from None
+    if model_source_default:
+        model_source = "the default model, the vLLM seed's"
+    model_source = f"{name}: {model_source}" if name != facts.name else model_source
+    return facts, model_source, model_max_len, model_path, name
+
+
+def _deployment(a, L, fw, gpu, gpu_key, facts, model_max_len, model_name, environ, notes: list):
+    """(Deployment, KV-cache dtype): each limit from its flag, else the command (``_pick``)."""
     tp = _pick(a.tp, L.tp if L else None, "tensor parallel size", notes, "--tp")
     dcp = _pick(a.dcp, L.dcp if L else None, "decode context parallel size", notes, "--dcp")
     seqs = _pick(a.max_num_seqs, L.max_num_seqs if L else None,
@@ -164,7 +232,7 @@ def build(a, resolve_gpu, environ=None) -> dict:
     mlen = _pick(a.max_model_len, L.max_model_len if L else None, "max model len", notes, "--max-model-len")
     cmd_k = L.draft_tokens if L else None
     if L and L.draft_tokens_from_model and cmd_k is None:
-        cmd_k, how = _mtp_depth(name if not any(v is not None for v in raw) else None, environ)
+        cmd_k, how = _mtp_depth(model_name, environ)
         notes.append(f"speculative method {L.speculative} without num_speculative_tokens: vLLM runs the draft "
                      f"model's MTP depth (vllm/config/speculative.py n_predict): {cmd_k} ({how})")
     k = _pick(a.draft_tokens, cmd_k, "draft tokens", notes, "--draft-tokens")
@@ -190,11 +258,11 @@ def build(a, resolve_gpu, environ=None) -> dict:
                    eager=eager, chunked_prefill=L.chunked_prefill if L else None,
                    disable_graph_padding=bool(L and L.disable_graph_padding), page_size=page,
                    flashinfer=a.flashinfer, architecture=facts.architecture, source="command" if L else "flag")
-    try:
-        defaults = derive(d)
-    except ValueError as exc:
-        raise PlanUsageError(str(exc)) from None
-    notes += defaults.notes
+    return d, kv_dtype
+
+
+def _base_record(a, launch, fw, gpu, gpu_key, facts, model_source, defaults) -> dict:
+    """What every plan says, sized or not: the model, the simulated line and GPU, FlashInfer, MoE."""
     line = defaults.line
     fi = defaults.get("flashinfer")
     label = f"{framework_label(fw)} {short_line(line)}"
@@ -202,28 +270,28 @@ def build(a, resolve_gpu, environ=None) -> dict:
               "gpu": {"name": gpu.name, "key": gpu_key, "num_sms": gpu.num_sms, "cc": f"{gpu.cc[0]}.{gpu.cc[1]}",
                       "memory_gib": round(gpu_memory(gpu_key)[0] / (1 << 30), 1) if gpu_memory(gpu_key) else None}}
     moe = _moe(a, gpu_key, fi)
-    base = {"model": facts.as_dict(), "model_source": model_source, "framework": fw, "framework_version": line,
+    return {"model": facts.as_dict(), "model_source": model_source, "framework": fw, "framework_version": line,
             "simulated": header, "flashinfer": fi, "flashinfer_source": defaults.values["flashinfer"].source,
             "flashinfer_family": fm.family(fi), "moe": moe, "defaults": defaults.as_dict(),
             "launch": launch.as_dict() if launch else None,
             "ignored_options": list(launch.ignored) if launch else [],
             "not_read_options": list(launch.not_read) if launch else []}
-    if facts.uses_mla:
-        base.update(verdict="not_applicable",
-                    reason="MLA model: FlashInfer's MLA planner uses its own buffer, not the one guarded here",
-                    notes=notes)
-        return base
-    if L:
-        n = attention_backend_note(L)
-        if n:
-            notes.append(n)
-        if L.quantization:
-            notes.append(f"quantization {L.quantization}: weights only here; the KV cache is "
-                         f"{kv_dtype if kv_dtype != 'auto' else 'the model dtype (auto) unless the checkpoint sets an FP8 KV cache'}")
-        notes += L.notes
-    tp_v = defaults.get("attn_tp") or defaults.get("tp") or 1
-    dcp_v = defaults.get("dcp") or 1
-    mg = facts.model_groups()
+
+
+def _launch_notes(L, kv_dtype: str, notes: list) -> None:
+    """The command's attention backend, quantization and reader notes."""
+    n = attention_backend_note(L)
+    if n:
+        notes.append(n)
+    if L.quantization:
+        notes.append(f"quantization {L.quantization}: weights only here; the KV cache is "
+                     f"{kv_dtype if kv_dtype != 'auto' else 'the model dtype (auto) unless the checkpoint sets an FP8 KV cache'}")
+    notes += L.notes
+
+
+def _rank_groups(a, fw, mg, model_path, tp_v: int, environ):
+    """(the attention groups one rank plans, the model reader's record, why nothing is
+    sized or None): the server's own reader where it is installed, else the built-in one."""
     try:
         rank_groups = list(server_view([g for g in mg.per_rank(tp_v) if g.kind != "mla"], fw))
     except ValueError as exc:  # GroupsError: heads not divisible by --tp
@@ -235,9 +303,8 @@ def build(a, resolve_gpu, environ=None) -> dict:
         if srv.get("ok"):
             srv_groups = list(server_view([g for g in srv["groups"] if g.kind != "mla"], fw))
             if not srv_groups and srv.get("use_mla"):
-                base.update(verdict="not_applicable", reason=f"MLA model ({srv['label']}): FlashInfer's MLA planner "
-                            "uses its own buffer, not the one guarded here", notes=notes)
-                return base
+                return rank_groups, reader, (f"MLA model ({srv['label']}): FlashInfer's MLA planner "
+                                             "uses its own buffer, not the one guarded here")
             same = sorted(g.key for g in srv_groups) == sorted(g.key for g in rank_groups)
             if not same:
                 reader["notes"].append(
@@ -250,18 +317,17 @@ def build(a, resolve_gpu, environ=None) -> dict:
             reader["notes"].append(f"{srv.get('label', fw)} could not read the model ({srv.get('refusal')}); "
                                    "the built-in reader's groups are used")
     if not rank_groups:
-        base.update(verdict="not_applicable", reason="no attention layer runs through the guarded planners",
-                    notes=notes)
-        return base
+        return rank_groups, reader, "no attention layer runs through the guarded planners"
     if a.v_head_dim:
         rank_groups = [replace(g, head_dim_vo=a.v_head_dim) for g in rank_groups]
-    # planners through the core's one function
-    kv_dtype = _kv_dtype_for_bytes(a, kv_dtype, notes)
-    kv_kind = dtype_kind(kv_dtype)
-    kv_bytes = a.kv_dtype_bytes or dtype_bytes(kv_kind) or 2
+    return rank_groups, reader, None
+
+
+def _choose(a, fw, gpu, line, kv_dtype, kv_kind, rank_groups, dcp_v: int, det: bool):
+    """The planners through the core's one function (dispatch.choose_planners), with the
+    framework's facts: TRT-LLM attention, tensor-core decode, the query dtype per phase."""
     top = max(rank_groups, key=lambda g: (g.num_qo_heads * (g.head_dim_vo + 1), g.head_dim_qk))
-    q, kv, dqk = top.num_qo_heads, top.num_kv_heads, top.head_dim_qk
-    planner_notes = []
+    q, kv = top.num_qo_heads, top.num_kv_heads
     if fw == "vllm":
         trt = {"on": True, "off": False}.get(getattr(a, "trtllm_attention", None))
         if trt is not None:
@@ -274,10 +340,6 @@ def build(a, resolve_gpu, environ=None) -> dict:
     else:
         trt, trt_src = False, ""
         tcd, tcd_why = sglang_tensor_core_decode(kv_kind, q, kv)
-    det = fw == "sglang" and bool(getattr(a, "deterministic", False) or (L and L.deterministic))
-    if getattr(a, "deterministic", False) and fw != "sglang":
-        raise PlanUsageError("--deterministic is SGLang's --enable-deterministic-inference; vLLM's batch-invariant "
-                             "mode plans without split-KV (docs/deterministic.md)")
     if det:
         # flashinfer_backend.py: decode_use_tensor_cores = True in this mode (0.5.5:175, 0.5.23:443)
         tcd, tcd_why = True, "deterministic inference forces tensor-core decode"
@@ -291,6 +353,17 @@ def build(a, resolve_gpu, environ=None) -> dict:
     choice = choose_planners(PlannerFacts(framework=fw, cc=gpu.cc, kv_dtype=kv_dtype, trtllm_attention=trt,
                                           dcp_size=dcp_v, tensor_core_decode=tcd,
                                           q_prefill=q_prefill, q_decode=q_decode))
+    notes = []
+    if a.decode_planner or a.prefill_planner:
+        notes.append("planner given: " + ", ".join(
+            f"{n} {v}" for n, v in (("decode", a.decode_planner), ("prefill", a.prefill_planner)) if v))
+    return choice, {"tcd": tcd, "tcd_why": tcd_why, "trt_src": trt_src, "notes": notes}
+
+
+def _size_groups(a, fw, gpu, fi, choice, rank_groups, limits, page_size, kv_bytes) -> dict:
+    """Every attention group sized with each candidate planner pair (vLLM 0.33 shares one
+    buffer across groups; earlier lines give each group's builder its own buffer of the same
+    default): the need is the largest over groups, and the group that sets it is ``top``."""
     def group_candidates(lay):
         # FlashInfer's FA3 head-dim gate per group (dispatch.fa3_head_dim_gate: Gemma 4's 512 full layers
         # plan FA2 where its 256 sliding layers plan FA3)
@@ -301,21 +374,9 @@ def build(a, resolve_gpu, environ=None) -> dict:
                                              decode=a.decode_planner or c.decode) for c in cs))
         return cs, ch
 
-    if a.decode_planner or a.prefill_planner:
-        planner_notes.append("planner given: " + ", ".join(
-            f"{n} {v}" for n, v in (("decode", a.decode_planner), ("prefill", a.prefill_planner)) if v))
-    decode_sizes = defaults.decode_graph_sizes
-    limits = ServingLimits(capture_sizes=decode_sizes, max_num_seqs=defaults.get("max_num_seqs"),
-                           max_num_batched_tokens=defaults.get("max_batched_tokens"),
-                           draft_tokens=defaults.get("draft_tokens") or 0, max_model_len=defaults.get("max_model_len"))
-    fixed_info = None
-    if det:
-        limits, fixed_info = _deterministic_limits(a, L, limits, gpu, notes)
-    # every attention group is sized (vLLM 0.33 shares one buffer across groups; earlier lines give
-    # each group's builder its own buffer of the same default): the need is the largest over groups
     group_rows, all_results = [], []
     for g in rank_groups:
-        lay = _group_layout(g, choice.decode_qo_heads_factor, defaults.get("page_size"), kv_bytes)
+        lay = _group_layout(g, choice.decode_qo_heads_factor, page_size, kv_bytes)
         res = []
         cands, gchoice = group_candidates(lay)
         for p in cands:
@@ -325,17 +386,16 @@ def build(a, resolve_gpu, environ=None) -> dict:
         group_rows.append((g, lay, bp, br, res, gchoice))
         all_results.append((g, lay, bp, br))
     g_top, layout, planners, req = max(all_results, key=lambda r: r[3].float_bytes)
-    q_eff = layout.num_qo_heads
-    q, kv, dqk, dvo = g_top.num_qo_heads, g_top.num_kv_heads, g_top.head_dim_qk, g_top.head_dim_vo
     results, top_choice = next((r[4], r[5]) for r in group_rows if r[0] is g_top)
     cand_rows = [{"decode": p.decode, "prefill": p.prefill, "float_bytes": r.float_bytes,
                   "reason": top_choice.reasons[i] if i < len(top_choice.reasons) else ""}
                  for i, (p, r) in enumerate(results)]
-    if choice.missing:
-        flag = ("--trtllm-attention on|off" if any("TRT-LLM" in m for m in choice.missing) else
-                "--kv-cache-dtype" if any("KV" in m for m in choice.missing) else "--decode-planner/--prefill-planner")
-        planner_notes.append(f"unknown here: {', '.join(choice.missing)}; sized every case and kept the larger need "
-                             f"({planners.decode} decode, {planners.prefill} prefill); {flag} settles it")
+    return {"rows": group_rows, "top": g_top, "layout": layout, "planners": planners, "req": req,
+            "candidates": cand_rows}
+
+
+def _buffers(a, L, fw, line, facts, limits, q: int, dqk: int, det: bool):
+    """(the server's own buffer, where that size comes from, the buffer checked: --workspace or the server's)."""
     server = default_workspace(fw, line, architecture=facts.architecture, max_num_batched_tokens=limits.max_num_batched_tokens,
                                q_heads=q, head_dim=dqk)
     server_src = workspace_source(fw, line, architecture=facts.architecture,
@@ -356,6 +416,12 @@ def build(a, resolve_gpu, environ=None) -> dict:
             raise PlanUsageError(f"--workspace must be a size such as 394MiB, 1GiB or a byte count, got {a.workspace!r}")
     else:
         buffer = server
+    return server, server_src, buffer
+
+
+def _verdict(fw, fi, gpu, sized: dict, limits, buffer: int, det: bool, graphs: bool) -> dict:
+    """The verdict against ``buffer``, the allocation FlashInfer's error names, and the remedies."""
+    req, layout, planners = sized["req"], sized["layout"], sized["planners"]
     dom = req.dominant
     verdict = "overflow" if req.float_bytes > buffer else "ok"
     overflow = dom.plan.first_overflow(buffer) if dom and verdict == "overflow" else None
@@ -375,55 +441,62 @@ def build(a, resolve_gpu, environ=None) -> dict:
             # SGLang's .set(2 GiB) overwrites an export in this mode (PR #30244 open), and its
             # CUDA graphs plan no split (disable_split_kv): neither remedy applies
             remedies["env"] = None
-        elif decode_sizes:
+        elif graphs:
             remedies["largest_capture_batch_that_fits"] = largest_fitting_capture(
                 layout, limits, gpu, fi, planners, fw, buffer)
         if fm.features(fi).rows_by_query is False:
             fixed = compute_requirement(layout, limits, gpu, "0.7.1", planners, caller=fw)
             remedies["flashinfer_0_7_1_need_bytes"] = fixed.float_bytes
-    if det:
-        from .fixed_split import assess
-        from .settings import load_settings
+    return {"need": {"float_bytes": req.float_bytes, "int_bytes": req.int_bytes,
+                     "scenario": dom.name if dom else None, "batch": dom.batch if dom else None,
+                     "allocation": largest.name if largest else None,
+                     "allocation_bytes": largest.bytes if largest else None},
+            "verdict": verdict, "overflow": overflow, "overflow_reason": overflow_reason, "remedies": remedies}
 
-        mem = gpu_memory(gpu_key)
-        fa = assess(layout, limits, gpu, fi, planners, fw, server_bytes=buffer, requirement=req,
-                    settings=load_settings(environ), gpu_memory=mem[0] if mem else None)
-        fixed_info.update(fa.as_dict())
-        fixed_info["line"] = f"[flashinfer-guard] workspace: {fa.text}"
-        fixed_info["longest_prompt_in_buffer"] = (
-            fa.context if req.float_bytes <= buffer else
-            longest_fitting_context(layout, limits, gpu, fi, planners, fw, buffer))
-        base["fixed_split"] = fixed_info
+
+def _fixed_split_info(fixed_info: dict, fw, fi, gpu, gpu_key, sized: dict, limits, buffer: int, environ) -> dict:
+    """Deterministic inference: guard_core.fixed_split's assessment and the longest prompt the buffer holds."""
+    from .fixed_split import assess
+    from .settings import load_settings
+
+    req, layout, planners = sized["req"], sized["layout"], sized["planners"]
+    mem = gpu_memory(gpu_key)
+    fa = assess(layout, limits, gpu, fi, planners, fw, server_bytes=buffer, requirement=req,
+                settings=load_settings(environ), gpu_memory=mem[0] if mem else None)
+    fixed_info.update(fa.as_dict())
+    fixed_info["line"] = f"[flashinfer-guard] workspace: {fa.text}"
+    fixed_info["longest_prompt_in_buffer"] = (
+        fa.context if req.float_bytes <= buffer else
+        longest_fitting_context(layout, limits, gpu, fi, planners, fw, buffer))
+    return fixed_info
+
+
+def _report_fields(fw, gpu, tp_v, dcp_v, kv_bytes, kv_dtype, mg, sized: dict, limits, decode_sizes, choice,
+                   pl_info: dict, reader: dict) -> dict:
+    """The sized plan's fields: GPU, layout, limits, planners, groups, scenarios."""
+    g_top, layout, planners, req = sized["top"], sized["layout"], sized["planners"], sized["req"]
+    kv, dqk, dvo = g_top.num_kv_heads, g_top.head_dim_qk, g_top.head_dim_vo
     scen = [dict(s.as_dict(), description=describe_scenario(s, layout, gpu, fw)) for s in req.scenarios]
-    base.update({
+    return {
         "gpu": {"name": gpu.name, "num_sms": gpu.num_sms, "cc": f"{gpu.cc[0]}.{gpu.cc[1]}"},
-        "layout": {"tp": tp_v, "dcp": dcp_v, "num_qo_heads": q_eff, "num_kv_heads": kv, "head_dim_qk": dqk,
-                   "head_dim_vo": dvo, "page_size": layout.page_size, "kv_dtype_bytes": kv_bytes, "kv_cache_dtype": kv_dtype},
+        "layout": {"tp": tp_v, "dcp": dcp_v, "num_qo_heads": layout.num_qo_heads, "num_kv_heads": kv,
+                   "head_dim_qk": dqk, "head_dim_vo": dvo, "page_size": layout.page_size, "kv_dtype_bytes": kv_bytes,
+                   "kv_cache_dtype": kv_dtype},
         "limits": {"capture_sizes": list(decode_sizes), "max_num_seqs": limits.max_num_seqs,
                    "max_batched_tokens": limits.max_num_batched_tokens, "draft_tokens": limits.draft_tokens,
                    "max_model_len": limits.max_model_len},
-        "planners": {"decode": planners.decode, "prefill": planners.prefill, "tensor_core_decode": tcd,
-                     "tensor_core_decode_reason": tcd_why, "trtllm_attention": trt_src},
+        "planners": {"decode": planners.decode, "prefill": planners.prefill, "tensor_core_decode": pl_info["tcd"],
+                     "tensor_core_decode_reason": pl_info["tcd_why"], "trtllm_attention": pl_info["trt_src"]},
         "groups": [dict(g.as_dict(), label=_kind_label(g, mg), need_bytes=br.float_bytes,
                         scenario=br.dominant.name if br.dominant else None,
                         batch=br.dominant.batch if br.dominant else None,
                         decode=bp.decode, prefill=bp.prefill, dominant=g is g_top)
-                   for g, _lay, bp, br, _res, _ch in group_rows],
+                   for g, _lay, bp, br, _res, _ch in sized["rows"]],
         "model_reader": reader,
-        "planner_candidates": cand_rows, "planner_missing": list(choice.missing), "planner_notes": planner_notes,
+        "planner_candidates": sized["candidates"], "planner_missing": list(choice.missing),
+        "planner_notes": pl_info["notes"],
         "scenarios": scen,
-        "need": {"float_bytes": req.float_bytes, "int_bytes": req.int_bytes,
-                 "scenario": dom.name if dom else None, "batch": dom.batch if dom else None,
-                 "allocation": largest.name if largest else None,
-                 "allocation_bytes": largest.bytes if largest else None},
-        "int_workspace_bytes": INT_WORKSPACE_BYTES,
-        "server_default_bytes": server, "server_default_source": server_src,
-        "workspace_bytes": buffer,
-        "verdict": verdict, "overflow": overflow, "overflow_reason": overflow_reason,
-        "remedies": remedies,
-        "notes": notes + reader["notes"] + list(req.notes),
-    })
-    return base
+    }
 
 
 def _deterministic_limits(a, L, limits, gpu, notes):
@@ -609,7 +682,29 @@ def describe_scenario(s, layout, gpu, fw) -> str:
 
 
 def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
+    """The plan as text, in the order a reader checks it: what is simulated, the model and its
+    groups, the settings with their sources, the planners, the scenarios, the need against the
+    server's buffer, the verdict and remedies, then notes and the options not read."""
     w = out.write
+    _print_header(r, w)
+    if r["verdict"] == "not_applicable":
+        _print_not_applicable(r, w)
+        return
+    _print_model(r, w)
+    _print_settings(r, w)
+    _print_planners(r, w)
+    _print_scenarios(r, show_all, w)
+    n = _print_need(r, w)
+    if r["verdict"] == "ok":
+        w(f"verdict    OK: the need fits with {fmt_size(r['workspace_bytes'] - n['float_bytes'])} to spare\n")
+    else:
+        _print_overflow(r, n, w)
+        _print_remedies(r, w)
+    _print_fixed_split(r, w)
+    _print_tail(r, w)
+
+
+def _print_header(r: dict, w) -> None:
     sim = r["simulated"]
     g = sim["gpu"]
     mem = f", {g['memory_gib']:.0f} GiB" if g.get("memory_gib") else ""
@@ -618,14 +713,18 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
     if r.get("launch"):
         la = r["launch"]
         w(f"command    {la['form']} ({framework_label(la['framework'])})\n")
-    if r["verdict"] == "not_applicable":
-        w(f"model      {r['model']['name']} ({r['model_source']})\n{r['model']['name']}: {r['reason']}\n")
-        for line in (r["model"].get("groups") or {}).get("lines", []):
-            w(f"  group    {line}\n")
-        _moe_line(r, w)
-        for note in r.get("notes", []):
-            w(f"note       {note}\n")
-        return
+
+
+def _print_not_applicable(r: dict, w) -> None:
+    w(f"model      {r['model']['name']} ({r['model_source']})\n{r['model']['name']}: {r['reason']}\n")
+    for line in (r["model"].get("groups") or {}).get("lines", []):
+        w(f"  group    {line}\n")
+    _moe_line(r, w)
+    for note in r.get("notes", []):
+        w(f"note       {note}\n")
+
+
+def _print_model(r: dict, w) -> None:
     m, l = r["model"], r["layout"]
     hd = f"head_dim {l['head_dim_qk']}" + (f"/{l['head_dim_vo']}" if l["head_dim_vo"] != l["head_dim_qk"] else "")
     w(f"model      {m['name']} ({r['model_source']}): {l['num_qo_heads']} q / {l['num_kv_heads']} kv heads per rank "
@@ -641,6 +740,9 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
           f"{gr['prefill']}){'  <- largest' if gr['dominant'] and len(r['groups']) > 1 else ''}\n")
     for kind, n in (r["model"].get("groups") or {}).get("other", []):
         w(f"  {n:>4} layers {kind}: outside FlashInfer's attention planners\n")
+
+
+def _print_settings(r: dict, w) -> None:
     w("settings   (each with where it comes from)\n")
     vals = r["defaults"]["values"]
     order = [("tp", "tensor parallel"), ("dp", "data parallel"), ("pp", "pipeline parallel"), ("dcp", "decode context parallel"),
@@ -660,6 +762,9 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
     if dg and vals.get("capture_sizes") and len(dg) != len(vals["capture_sizes"]["value"]):
         w(f"  {'decode graphs planned':<24} {str(dg[0]) + '..' + str(dg[-1]):<14} FlashInfer decode plans up to "
           f"(1 + draft tokens) x max seqs\n")
+
+
+def _print_planners(r: dict, w) -> None:
     p = r["planners"]
     why = p["tensor_core_decode_reason"] + (f"; {p['trtllm_attention']}" if p.get("trtllm_attention") else "")
     w(f"planners   decode {p['decode']}, prefill {p['prefill']} ({why})\n")
@@ -669,6 +774,9 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
     for n in r["planner_notes"]:
         w(f"  {n}\n")
     _moe_line(r, w)
+
+
+def _print_scenarios(r: dict, show_all: bool, w) -> None:
     w(f"\n{'scenario':<19} {'batch':>6} {'q_len':>5} {'float bytes':>13} {'':>10} {'int bytes':>10}  largest allocation\n")
     rows = r["scenarios"]
     if not show_all:
@@ -687,6 +795,9 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
     for s in rows:
         if s["name"].startswith("eager"):
             w(f"  {s['name']}: {s['description']}\n")
+
+
+def _print_need(r: dict, w) -> dict:
     n = r["need"]
     w(f"\nneed       {n['float_bytes']:,} bytes ({fmt_size(n['float_bytes'])}) float at {n['scenario']}"
       f" batch {n['batch']} (largest allocation {n['allocation']}); int {fmt_size(n['int_bytes'])} of "
@@ -697,44 +808,52 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
     if r.get("not_read_options"):
         w(f"assumes    the server's default for {len(r['not_read_options'])} option(s) of the command not read "
           "(listed under 'not read' below)\n")
-    if r["verdict"] == "ok":
-        w(f"verdict    OK: the need fits with {fmt_size(r['workspace_bytes'] - n['float_bytes'])} to spare\n")
+    return n
+
+
+def _print_overflow(r: dict, n: dict, w) -> None:
+    o = r["overflow"]
+    fx = r.get("fixed_split")
+    if fx:
+        w(f"verdict    OVERFLOW: FlashInfer will raise on the first prompt longer than "
+          f"{fx['longest_prompt_in_buffer']:,} tokens (the need grows with the prompt; start-up passes):\n")
     else:
-        o = r["overflow"]
-        fx = r.get("fixed_split")
-        if fx:
-            w(f"verdict    OVERFLOW: FlashInfer will raise on the first prompt longer than "
-              f"{fx['longest_prompt_in_buffer']:,} tokens (the need grows with the prompt; start-up passes):\n")
-        else:
-            w("verdict    OVERFLOW: FlashInfer will raise at start-up:\n")
-        if o:
-            w(f"           Buffer overflow when allocating memory for {o['allocation']} with size {o['bytes']} "
-              f"and alignment {o['alignment']}, but only {o['available']} bytes available in AlignedAllocator.\n")
-            w(f"           overflowing allocation {o['allocation']} ({o['bytes']:,} B); largest allocation "
-              f"{n['allocation']} ({n['allocation_bytes']:,} B)\n")
-        if r.get("overflow_reason"):
-            w(f"           why they differ: {r['overflow_reason']}\n")
-        rem = r["remedies"]
-        w("remedies\n")
-        if fx and not fx["affordable"]:
-            w(f"  - pip install flashinfer-guard in the server's environment: the need is not affordable "
-              f"(FLASHINFER_GUARD_WORKSPACE_MAX {fmt_size(fx['max_bytes'])}); it raises the buffer to "
-              f"{fmt_size(fx['allocate_bytes'])} (prompts up to {fx['longest_prompt']:,} tokens) and says so; or\n")
-        else:
-            w(f"  - pip install flashinfer-guard in the server's environment: it raises the buffer to "
-              f"{fmt_size(rem['workspace_bytes'])} automatically; or\n")
-        if rem.get("env"):
-            w(f"  - export {rem['env']}   ({fmt_size(rem['workspace_bytes'])})\n")
-        else:
-            w("  - (an export of SGLANG_FLASHINFER_WORKSPACE_SIZE does not help here: deterministic inference "
-              "overwrites it with 2 GiB; SGLang PR #30244 is open)\n")
-        if "largest_capture_batch_that_fits" in rem:
-            flag = "--max-cudagraph-capture-size" if r["framework"] == "vllm" else "--cuda-graph-max-bs"
-            w(f"  - or keep today's buffer and cap CUDA-graph batches at {rem['largest_capture_batch_that_fits']} "
-              f"({flag})\n")
-        if "flashinfer_0_7_1_need_bytes" in rem:
-            w(f"  - or upgrade to FlashInfer >= 0.7.1 (PR #5177): the need drops to "
-              f"{fmt_size(rem['flashinfer_0_7_1_need_bytes'])}\n")
+        w("verdict    OVERFLOW: FlashInfer will raise at start-up:\n")
+    if o:
+        w(f"           Buffer overflow when allocating memory for {o['allocation']} with size {o['bytes']} "
+          f"and alignment {o['alignment']}, but only {o['available']} bytes available in AlignedAllocator.\n")
+        w(f"           overflowing allocation {o['allocation']} ({o['bytes']:,} B); largest allocation "
+          f"{n['allocation']} ({n['allocation_bytes']:,} B)\n")
+    if r.get("overflow_reason"):
+        w(f"           why they differ: {r['overflow_reason']}\n")
+
+
+def _print_remedies(r: dict, w) -> None:
+    fx = r.get("fixed_split")
+    rem = r["remedies"]
+    w("remedies\n")
+    if fx and not fx["affordable"]:
+        w(f"  - pip install flashinfer-guard in the server's environment: the need is not affordable "
+          f"(FLASHINFER_GUARD_WORKSPACE_MAX {fmt_size(fx['max_bytes'])}); it raises the buffer to "
+          f"{fmt_size(fx['allocate_bytes'])} (prompts up to {fx['longest_prompt']:,} tokens) and says so; or\n")
+    else:
+        w(f"  - pip install flashinfer-guard in the server's environment: it raises the buffer to "
+          f"{fmt_size(rem['workspace_bytes'])} automatically; or\n")
+    if rem.get("env"):
+        w(f"  - export {rem['env']}   ({fmt_size(rem['workspace_bytes'])})\n")
+    else:
+        w("  - (an export of SGLANG_FLASHINFER_WORKSPACE_SIZE does not help here: deterministic inference "
+          "overwrites it with 2 GiB; SGLang PR #30244 is open)\n")
+    if "largest_capture_batch_that_fits" in rem:
+        flag = "--max-cudagraph-capture-size" if r["framework"] == "vllm" else "--cuda-graph-max-bs"
+        w(f"  - or keep today's buffer and cap CUDA-graph batches at {rem['largest_capture_batch_that_fits']} "
+          f"({flag})\n")
+    if "flashinfer_0_7_1_need_bytes" in rem:
+        w(f"  - or upgrade to FlashInfer >= 0.7.1 (PR #5177): the need drops to "
+          f"{fmt_size(rem['flashinfer_0_7_1_need_bytes'])}\n")
+
+
+def _print_fixed_split(r: dict, w) -> None:
     fx = r.get("fixed_split")
     if fx:
         w(f"\ndeterministic inference (splits: prefill {fx['prefill_split_tile_size']}, decode "
@@ -748,6 +867,9 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
              "and warns:\n"))
         if not fx["affordable"]:
             w(f"  {fx['line']}\n")
+
+
+def _print_tail(r: dict, w) -> None:
     for note in r["notes"]:
         w(f"note       {note}\n")
     if r.get("launch"):
