@@ -95,6 +95,17 @@ def test_no_import_cycle_in_guard_core():
     assert cycle is None, "import circle in guard_core: " + " -> ".join(cycle)
 
 
+# The ground floor: the release table and the plain facts every other module reads.
+GROUND = {"units", "versions", "support", "moe_evidence", "gpus", "command_limits"}
+
+
+def test_ground_floor_imports_only_ground_floor():
+    graph = import_graph()
+    for name in GROUND:
+        ups = {m.rpartition(".")[2] for m in graph[f"guard_core.{name}"]} - GROUND - {"guard_core"}
+        assert not ups, f"guard_core.{name} (ground floor) imports {sorted(ups)}"
+
+
 # ---------------------------------------------------------------- function length
 
 MAX_FUNCTION_LINES = 80
@@ -116,21 +127,21 @@ ADAPTERS_BEING_SPLIT = {
 def function_lengths() -> dict[str, int]:
     """'path::qualified name' -> lines from ``def`` to the function's last line (docstring included)."""
     out: dict[str, int] = {}
+
+    def walk(rel: str, node, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out[f"{rel}::{prefix}{child.name}"] = child.end_lineno - child.lineno + 1
+                walk(rel, child, f"{prefix}{child.name}.")
+            elif isinstance(child, ast.ClassDef):
+                walk(rel, child, f"{prefix}{child.name}.")
+            else:
+                walk(rel, child, prefix)
+
     for pkg in PRODUCT:
         for path in sorted((ROOT / pkg).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()
-
-            def walk(node, prefix: str) -> None:
-                for child in ast.iter_child_nodes(node):
-                    if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                        out[f"{rel}::{prefix}{child.name}"] = child.end_lineno - child.lineno + 1
-                        walk(child, f"{prefix}{child.name}.")
-                    elif isinstance(child, ast.ClassDef):
-                        walk(child, f"{prefix}{child.name}.")
-                    else:
-                        walk(child, prefix)
-
-            walk(ast.parse(path.read_text(), rel), "")
+            walk(rel, ast.parse(path.read_text(), rel), "")
     return out
 
 
