@@ -22,6 +22,8 @@ from .settings import load_settings
 from .versions import flashinfer_version, installed_version
 from . import flashinfer_model as fm
 
+__all__ = ["SIGPIPE_EXIT", "build_parser", "main", "run_doctor"]
+
 
 class UsageError(Exception):
     pass

@@ -7,7 +7,7 @@ before ``json.loads`` recurses. Nothing here imports another guard_core module.
 
 from __future__ import annotations
 
-__all__ = ["LaunchError", "MAX_JSON_CHARS", "MAX_JSON_DEPTH", "check_json_text"]
+__all__ = ["LaunchError", "MAX_JSON_DEPTH", "check_json_text"]
 
 MAX_JSON_DEPTH = 32  # nested JSON in a launch option (json.loads recurses)
 MAX_JSON_CHARS = 1 << 20

@@ -11,6 +11,9 @@ from .sizing import Requirement, round_up_mib
 from .units import MIB, fmt_mib
 from .versions import is_version, parse_version
 
+__all__ = ["Decision", "MoeDecision", "WorkspaceDecision", "decide_fixed_split_workspace", "decide_moe",
+           "decide_workspace", "describe_need", "exact_refusal", "moe_advice", "moe_verdict"]
+
 
 @dataclass(frozen=True)
 class Decision:

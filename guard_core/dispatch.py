@@ -39,6 +39,9 @@ from itertools import product
 
 from .sizing import Planners
 
+__all__ = ["PlannerFacts", "choose_planners", "dtype_bytes", "dtype_kind", "fa3_head_dim_gate", "size_choice",
+           "vllm_query_dtypes"]
+
 FP8_NAMES = ("fp8", "fp8_e4m3", "fp8_e5m2", "float8_e4m3fn", "float8_e5m2", "e4m3", "e5m2")
 FP4_NAMES = ("nvfp4", "fp4", "float4_e2m1fn_x2")
 

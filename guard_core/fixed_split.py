@@ -31,6 +31,9 @@ from dataclasses import dataclass, field, replace
 from .settings import WORKSPACE_MAX, Settings
 from .sizing import compute_requirement, fixed_split_fixes, longest_fitting_context, round_up_mib
 from .units import GIB, fmt_mib, fmt_mib_gib
+
+__all__ = ["SGLANG_FORCED_BYTES", "assess", "gpu_memory_bytes", "split_sizes_from_env"]
+
 # SGLang's own names (flashinfer_backend.py, read with get_int_env_var)
 PREFILL_SPLIT_VAR = "SGLANG_FLASHINFER_PREFILL_SPLIT_TILE_SIZE"
 DECODE_SPLIT_VAR = "SGLANG_FLASHINFER_DECODE_SPLIT_TILE_SIZE"

@@ -36,6 +36,9 @@ from typing import Iterable, NamedTuple, Sequence
 
 from . import support
 
+__all__ = ["Allocation", "FAMILIES", "Features", "Plan", "PlannerError", "cta_tile_q", "decode_group_sizes",
+           "decode_plan", "decode_uniform_q_len", "family", "features", "prefill_plan", "run_planner", "sm90_plan"]
+
 U32 = 0xFFFFFFFF
 
 # (first release, family name) in ascending order, from the one release table

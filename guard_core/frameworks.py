@@ -63,6 +63,11 @@ from .support import CHECKED_LINES  # the lines whose wheels the rules here were
 from .units import GIB, MIB
 from .versions import is_version, parse_version
 
+__all__ = ["DEFAULT_LINE", "Deployment", "GPU_MEMORY", "SGLANG_LARGE", "default_workspace", "derive",
+           "framework_label", "gpu_memory", "installed_line", "is_aarch64_gpu", "pinned_flashinfer",
+           "sglang_default_workspace", "sglang_tensor_core_decode", "short_line", "vllm_capture_grid",
+           "vllm_per_phase_builder", "workspace_source"]
+
 VLLM_DEFAULT = 394 * MIB
 SGLANG_DEFAULT = 384 * MIB
 SGLANG_LARGE = 512 * MIB

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+__all__ = ["GPU_TABLE", "Gpu", "detect_gpu", "find_spec", "gpu_names", "lookup_gpu"]
+
 
 @dataclass(frozen=True)
 class Gpu:

@@ -26,6 +26,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+__all__ = ["GroupsError", "rank_groups_from", "read_config", "read_with_server", "reader_main", "server_view",
+           "single"]
+
 KINDS = ("full", "sliding", "chunked", "mla")
 
 

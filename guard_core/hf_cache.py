@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import re
 
+__all__ = ["cache_dirs", "find_config", "looks_like_model_id"]
+
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 
 

@@ -44,6 +44,9 @@ from .command_limits import MAX_JSON_DEPTH, LaunchError, check_json_text
 from .frameworks import framework_label
 from .support import NATIVE_VAR
 
+__all__ = ["Launch", "LaunchError", "attention_backend_note", "image_line", "load_table", "parse_launch",
+           "table_versions"]
+
 
 @dataclass
 class Launch:

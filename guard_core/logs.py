@@ -8,7 +8,7 @@ import threading
 
 from . import TAG
 
-__all__ = ["LOGGER_NAME", "GuardLog", "LazyGuardLog", "logger_name", "tagged"]
+__all__ = ["GuardLog", "LOGGER_NAME", "LazyGuardLog", "logger_name", "tagged"]
 
 LOGGER_NAME = "flashinfer_guard"
 """The product's one logger name. Where the host framework only configures its own

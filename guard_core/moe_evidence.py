@@ -30,6 +30,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+__all__ = ["ACTIONS", "ARM_MACHINES", "BF16_AUTOTUNE_OP", "OPS", "PHASES", "REACH_MAJOR", "TABLE", "applicable",
+           "family_label", "reaches", "sm_of"]
+
 # The MoE ops of FlashInfer's trtllm-gen routed path (the autotuner names them
 # flashinfer::trtllm_bf16_moe, ..._fp8_per_tensor_scale_moe, ..._fp8_block_scale_moe,
 # ..._fp4_block_scale_moe (NVFP4 and MXFP4), ..._mxint4_block_scale_moe: FlashInfer 0.6.12

@@ -24,6 +24,9 @@ from typing import Any, Callable
 
 from .logs import LOGGER_NAME
 
+__all__ = ["PatchSet", "clear_import_hooks", "forget_import_hooks", "guarded", "is_wrapped", "rebind_everywhere",
+           "unwrap_attr", "when_imported", "wrap_attr"]
+
 
 MARK = "__flashinfer_guard__"
 

@@ -34,6 +34,8 @@ from .sizing import (INT_WORKSPACE_BYTES, AttentionLayout, Planners, ServingLimi
                      largest_fitting_capture, longest_fitting_context, round_up_mib)
 from .units import fmt_size
 
+__all__ = ["PlanUsageError", "build", "print_report", "split_launch"]
+
 
 class PlanUsageError(ValueError):
     """A bad input: one line for the user, exit 2."""

@@ -13,6 +13,9 @@ import json
 import os
 from dataclasses import dataclass
 
+__all__ = ["DEFAULT_MODEL", "MAX_CONFIG_BYTES", "ModelError", "ModelFacts", "PRESETS", "facts_from_config",
+           "find_preset", "load_model"]
+
 
 class ModelError(ValueError):
     pass

@@ -55,6 +55,8 @@ import threading
 from .patching import is_wrapped, rebind_everywhere, unwrap_attr, when_imported, wrap_attr
 from .units import MIB
 
+__all__ = ["install", "parse_overflow", "patched_entry_points", "uninstall"]
+
 OVERFLOW_RE = re.compile(
     r"Buffer overflow when allocating memory for (?P<name>\S+) with size (?P<size>\d+) and alignment "
     r"(?P<align>\d+), but only (?P<avail>\d+) bytes available")

@@ -30,6 +30,8 @@ from __future__ import annotations
 import contextlib
 import io
 
+__all__ = ["ServerParserUnavailable", "server_read"]
+
 
 class ServerParserUnavailable(Exception):
     """The server's parser cannot be built here (not importable, or it failed)."""

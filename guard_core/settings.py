@@ -40,6 +40,11 @@ import re
 
 from .units import GIB, MIB, fmt_mib
 
+__all__ = ["ALL_VARIABLES", "DEFAULT_MOE_FIXED_IN", "DEFAULT_WORKSPACE_MAX", "GIB", "LOG", "MASTER",
+           "MAX_SIZE_BYTES", "MIN_SIZE_BYTES", "MOE", "MOE_FIXED_IN", "SIZE_ACCEPTED", "Settings", "WORKSPACE",
+           "WORKSPACE_MAX", "WORKSPACE_MAX_UNKNOWN_GPU", "bounded_version", "get_settings", "load_settings",
+           "parse_size", "reset_settings_cache", "show_value"]
+
 
 MASTER = "FLASHINFER_GUARD"
 MOE = "FLASHINFER_GUARD_MOE"

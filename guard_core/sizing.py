@@ -25,6 +25,11 @@ from dataclasses import dataclass, field, replace
 from . import flashinfer_model as fm
 from .gpus import Gpu
 from .units import MIB
+
+__all__ = ["AttentionLayout", "INT_WORKSPACE_BYTES", "Planners", "Requirement", "ServingLimits",
+           "compute_requirement", "decode_blocks_per_sm_bound", "fixed_split_fixes", "largest_fitting_capture",
+           "longest_fitting_context", "merge_requirements", "round_up_mib"]
+
 INT_WORKSPACE_BYTES = 8 * MIB  # FlashInfer wrappers' own int buffer
 
 

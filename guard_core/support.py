@@ -25,6 +25,11 @@ done lazily.
 
 from __future__ import annotations
 
+__all__ = ["CHECKED_LINES", "FLASHINFER_CHECKED", "FLASHINFER_MATRIX_CHECKED", "FLASHINFER_RELEASES", "MOE_FIXED_IN",
+           "NATIVE_VAR", "announce", "decode_group_sizes", "decode_passes_uniform_q_len", "describe", "families",
+           "family", "flashinfer_extrapolation", "has", "line_label", "line_note", "line_status",
+           "unaffected_moe_host", "unchecked_reason", "workspace_guard_needed"]
+
 # --------------------------------------------------------------- framework lines
 
 CHECKED_LINES = {

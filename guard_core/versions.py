@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+__all__ = ["flashinfer_version", "installed_version", "is_version", "parse_version", "version_lt"]
+
 _FLASHINFER_DISTS = ("flashinfer-python", "flashinfer_python", "flashinfer")
 
 _PRE_RANK = {"a": -3, "alpha": -3, "b": -2, "beta": -2, "rc": -1, "c": -1, "pre": -1, "preview": -1}

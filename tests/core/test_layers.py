@@ -157,3 +157,19 @@ def test_allowlist_names_real_functions():
     lengths = function_lengths()
     for name in PLANNER_MIRRORS | ADAPTERS_BEING_SPLIT:
         assert name in lengths, f"{name} is allowlisted but not found"
+
+
+# ---------------------------------------------------------------- public names
+
+def test_every_core_module_declares_its_public_names():
+    """Each guard_core module says what other modules, the adapters and the tests may import
+    from it (``__all__``), and every name it lists exists."""
+    import importlib
+
+    for name in sorted(_core_modules()):
+        if name == "guard_core":
+            continue
+        mod = importlib.import_module(name)
+        assert isinstance(getattr(mod, "__all__", None), list), f"{name} has no __all__"
+        missing = [n for n in mod.__all__ if not hasattr(mod, n)]
+        assert not missing, f"{name}.__all__ names what it lacks: {missing}"
