@@ -252,14 +252,22 @@ class PatchSet:
 
     def __init__(self):
         self._undo: list[Callable[[], Any]] = []
+        self._targets: list[tuple[object, str]] = []
         self._lock = threading.Lock()
 
     def wrap(self, owner, name: str, make_wrapper: Callable[[Callable], Callable]) -> bool:
         """``wrap_attr``, remembered for ``undo``."""
         if wrap_attr(owner, name, make_wrapper):
+            with self._lock:
+                self._targets.append((owner, name))
             self.on_undo(lambda: unwrap_attr(owner, name))
             return True
         return False
+
+    def targets(self) -> list[tuple[object, str]]:
+        """(owner, name) of every attribute wrapped and not yet undone, oldest first."""
+        with self._lock:
+            return list(self._targets)
 
     def on_undo(self, fn: Callable[[], Any]) -> None:
         with self._lock:
@@ -269,6 +277,7 @@ class PatchSet:
         """Run every undo step, newest first; one failing step does not stop the rest."""
         with self._lock:
             steps, self._undo = self._undo[::-1], []
+            self._targets = []
         done = 0
         for step in steps:
             try:

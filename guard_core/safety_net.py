@@ -48,11 +48,12 @@ imports them, and the tensors are handled through their own methods.
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 import threading
 
-from .patching import is_wrapped, rebind_everywhere, unwrap_attr, when_imported, wrap_attr
+from .patching import PatchSet, is_wrapped, rebind_everywhere, when_imported
 from .units import MIB
 
 __all__ = ["install", "parse_overflow", "patched_entry_points", "uninstall"]
@@ -80,7 +81,7 @@ REBIND_PREFIXES = ("flashinfer", "vllm", "sglang")
 TARGETS = {m: classes for m, (classes, _f) in ENTRY_POINTS.items() if classes}
 
 _state = {"captured": 0, "log": None, "installed": False}
-_patched: list[tuple[object, str]] = []
+_patches = PatchSet()  # every wrap of the net, undone by uninstall()
 _local = threading.local()
 
 
@@ -113,16 +114,7 @@ def install(log) -> None:
 def uninstall() -> None:
     from . import patching
 
-    for owner, name in reversed(_patched):
-        try:
-            current = getattr(owner, name, None)
-            original = getattr(current, "__wrapped__", None)
-            if unwrap_attr(owner, name) and original is not None and not isinstance(owner, type):
-                for prefix in REBIND_PREFIXES:
-                    rebind_everywhere(current, original, prefix)
-        except Exception:
-            pass
-    _patched.clear()
+    _patches.undo()
     forget = getattr(patching, "forget_import_hooks", None)
     if callable(forget):
         forget("safety_net:")
@@ -136,7 +128,7 @@ def graphs_captured() -> int:
 def patched_entry_points() -> list[str]:
     """``owner.name`` of every planning entry point the net wraps now (for tests and doctor)."""
     out = []
-    for owner, name in _patched:
+    for owner, name in _patches.targets():
         label = getattr(owner, "__qualname__", None) or getattr(owner, "__name__", "?")
         if not isinstance(owner, type):
             label = owner.__name__
@@ -156,8 +148,7 @@ def _track_captures(module) -> None:
         return capture_end
 
     try:
-        if wrap_attr(cls, "capture_end", make):
-            _patched.append((cls, "capture_end"))
+        _patches.wrap(cls, "capture_end", make)
     except (TypeError, AttributeError):  # a C type that takes no attributes
         pass
 
@@ -172,11 +163,12 @@ def _patch_module(module) -> None:
         fn = getattr(module, fn_name, None)
         if not callable(fn) or is_wrapped(fn):
             continue
-        if wrap_attr(module, fn_name, _make_plan):
-            _patched.append((module, fn_name))
+        if _patches.wrap(module, fn_name, _make_plan):
+            new = getattr(module, fn_name)
             # modules that imported it by name before now (``from flashinfer import fast_decode_plan``)
             for prefix in REBIND_PREFIXES:
-                rebind_everywhere(fn, getattr(module, fn_name), prefix)
+                rebind_everywhere(fn, new, prefix)
+            _patches.on_undo(functools.partial(_rebind_back, new, fn))
 
 
 def _patch_class(cls) -> None:
@@ -192,8 +184,13 @@ def _patch_class(cls) -> None:
     names = ["plan"] + [n for klass in cls.__mro__ for n, v in vars(klass).items()
                         if n != "plan" and v is original]
     for name in dict.fromkeys(names):
-        if wrap_attr(cls, name, _make_plan):
-            _patched.append((cls, name))
+        _patches.wrap(cls, name, _make_plan)
+
+
+def _rebind_back(new, original) -> None:
+    """Undo of a module function's wrap: the by-name imports point at the original again."""
+    for prefix in REBIND_PREFIXES:
+        rebind_everywhere(new, original, prefix)
 
 
 def _capturing() -> bool:

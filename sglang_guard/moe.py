@@ -43,7 +43,8 @@ from __future__ import annotations
 
 import platform
 
-from guard_core.patching import PatchSet, guarded, when_imported
+from guard_core.patch_table import PatchTable
+from guard_core.patching import PatchSet, guarded
 
 from ._log import announce_line, log
 
@@ -109,12 +110,8 @@ def _op(field, quantization):
 
 
 def install() -> None:
-    """Post-import hooks on every place SGLang resolves the MoE runner backend."""
-    when_imported(SERVER_ARGS, on_server_args_module, key=HOOK_KEY + "server_args")
-    when_imported(RESOLUTION_HOOKS, on_resolution_hooks_module, key=HOOK_KEY + "resolution_hooks")
-    when_imported(PIPELINE, on_pipeline_module, key=HOOK_KEY + "pipeline")
-    when_imported(MOE_UTILS, on_moe_utils_module, key=HOOK_KEY + "runtime")
-    when_imported(AUTOTUNE, on_autotune_module, key=HOOK_KEY + "autotune")
+    """Post-import hooks on every place SGLang resolves the MoE runner backend (the table below)."""
+    _TABLE.install()
 
 
 def uninstall() -> None:
@@ -258,11 +255,6 @@ def _guard(sa) -> None:
     guarded(log(), "moe.config", "MoE guard", guard_config, sa)
 
 
-def on_server_args_module(module) -> None:
-    guarded(log(), "moe.patch", "MoE guard", announce_line)
-    guarded(log(), "moe.patch", "MoE guard", _patch_server_args, module)
-
-
 def _patch_server_args(module) -> None:
     cls = getattr(module, "ServerArgs", None)
     if cls is not None and callable(getattr(cls, "_handle_moe_kernel_config", None)):
@@ -304,11 +296,6 @@ def _make_kernel_config(orig):
 _STEPS = {"handle_moe_kernel_config": True, "handle_a2a_moe": False, "handle_speculative_decoding": False}
 
 
-def on_resolution_hooks_module(module) -> None:
-    guarded(log(), "moe.patch", "MoE guard", announce_line)
-    guarded(log(), "moe.patch", "MoE guard", _register_resolution_hooks, module)
-
-
 def _register_resolution_hooks(module) -> None:
     register = getattr(module, "register_resolution_hook", None)
     hooks = getattr(module, "_HOOKS", None)
@@ -343,10 +330,6 @@ def _make_step(before: bool):
     return flashinfer_guard_moe_step
 
 
-def on_pipeline_module(module) -> None:
-    guarded(log(), "moe.patch", "MoE guard", _patch_pipeline, module)
-
-
 def _patch_pipeline(module) -> None:
     if not callable(getattr(module, "run_resolution_pipeline", None)):
         _missing(f"{PIPELINE}.run_resolution_pipeline")
@@ -364,11 +347,6 @@ def _patch_pipeline(module) -> None:
 
 
 # ------------------------------------------------------------ every scheduler (runtime)
-
-def on_moe_utils_module(module) -> None:
-    guarded(log(), "moe.patch.rt", "MoE guard", announce_line)
-    guarded(log(), "moe.patch.rt", "MoE guard", _patch_moe_utils, module)
-
 
 def _patch_moe_utils(module) -> None:
     if not hasattr(module, "initialize_moe_config") or not hasattr(module, "MoeRunnerBackend"):
@@ -480,10 +458,6 @@ def _guard_runtime(module, server_args) -> None:
 
 # ------------------------------------------ strict: skip the BF16 autotune sweep (0.5.23)
 
-def on_autotune_module(module) -> None:
-    guarded(log(), "moe.patch.autotune", "MoE guard", _patch_autotune, module)
-
-
 def _patch_autotune(module) -> None:
     if decision("bf16", gpu=None, can_skip_autotune=True).action != "skip_autotune":
         return
@@ -514,3 +488,18 @@ def _add_bf16_skip(skip):
     if get_exec().kernel.flashinfer_autotune_skip_ops:  # the user's own list is kept as set
         return skip
     return set(skip or ()) | {BF16_AUTOTUNE_OP}
+
+
+# ---------------------------------- the patch table: (module, hook key, what, apply), one helper
+
+_TABLE = PatchTable(log)
+on_server_args_module = _TABLE.row(SERVER_ARGS, HOOK_KEY + "server_args", "MoE guard", _patch_server_args,
+                                   error_key="moe.patch", before=announce_line)
+on_resolution_hooks_module = _TABLE.row(RESOLUTION_HOOKS, HOOK_KEY + "resolution_hooks", "MoE guard",
+                                        _register_resolution_hooks, error_key="moe.patch", before=announce_line)
+on_pipeline_module = _TABLE.row(PIPELINE, HOOK_KEY + "pipeline", "MoE guard", _patch_pipeline,
+                                error_key="moe.patch")
+on_moe_utils_module = _TABLE.row(MOE_UTILS, HOOK_KEY + "runtime", "MoE guard", _patch_moe_utils,
+                                 error_key="moe.patch.rt", before=announce_line)
+on_autotune_module = _TABLE.row(AUTOTUNE, HOOK_KEY + "autotune", "MoE guard", _patch_autotune,
+                                error_key="moe.patch.autotune")

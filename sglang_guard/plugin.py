@@ -20,6 +20,7 @@ The guards import ``._log`` for their logger, never this module.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 
 from ._log import log  # noqa: F401  (the adapter's logger, kept reachable here)
@@ -33,68 +34,59 @@ FLASHINFER_BACKEND = "sglang.srt.layers.attention.flashinfer_backend"
 
 
 def register(source: str = "entry_point") -> bool:
-    """Install the SGLang hooks once per process. Returns True when active."""
-    global _registered, _source
-    with _lock:
-        if _registered:
-            return True
-        try:
-            from guard_core.settings import get_settings
+    """Install the SGLang hooks once per process. Returns True when active
+    (the contract of guard_core.lifecycle; SGLang's loader ignores it)."""
+    from guard_core import lifecycle
 
-            settings = get_settings()
-            if not settings.enabled:
-                return False
-            from guard_core.patching import when_imported
+    return lifecycle.register(sys.modules[__name__], lambda: _register(source), _say_failed)
 
-            from . import moe, workspace
 
-            log().settings_warnings(settings)
-            workspace.remember_user_size(os.environ)
-            when_imported(FLASHINFER_BACKEND, workspace.on_backend_module, key=HOOK_PREFIX + "workspace")
-            # deterministic inference: the fixed-split need said before the weights load
-            when_imported(workspace.MODEL_RUNNER, workspace.on_model_runner_module,
-                          key=HOOK_PREFIX + "workspace.early")
-            moe.install()
-            _registered = True
-            _source = source
-            return True
-        except Exception as exc:  # never break SGLang's plugin loading
-            try:
-                log().warning(f"not loaded after an internal error ({type(exc).__name__}: {exc}); "
-                              "SGLang runs without the guard", key="register")
-            except Exception:
-                pass
-            return False
+def _say_failed(exc: BaseException) -> None:
+    log().warning(f"not loaded after an internal error ({type(exc).__name__}: {exc}); "
+                  "SGLang runs without the guard", key="register")
+
+
+def _register(source: str) -> bool:
+    global _source
+    from guard_core.settings import get_settings
+
+    settings = get_settings()
+    if not settings.enabled:
+        return False
+    from guard_core.patching import when_imported
+
+    from . import moe, workspace
+
+    log().settings_warnings(settings)
+    workspace.remember_user_size(os.environ)
+    when_imported(FLASHINFER_BACKEND, workspace.on_backend_module, key=HOOK_PREFIX + "workspace")
+    # deterministic inference: the fixed-split need said before the weights load
+    when_imported(workspace.MODEL_RUNNER, workspace.on_model_runner_module,
+                  key=HOOK_PREFIX + "workspace.early")
+    moe.install()
+    _source = source
+    return True
 
 
 def uninstall() -> None:
     """Undo every patch and post-import hook of this process; ``register()`` installs
     again afterwards (tests; never raises)."""
-    global _registered, _source
-    with _lock:
-        try:
-            import sys
+    global _source
+    from guard_core import lifecycle
 
-            from guard_core.patching import forget_import_hooks
+    lifecycle.uninstall(sys.modules[__name__], _teardown)
+    _source = None
 
-            from . import _log, moe, workspace
 
-            forget_import_hooks(HOOK_PREFIX)
-            moe.uninstall()
-            backend = sys.modules.get(FLASHINFER_BACKEND)
-            if backend is not None and getattr(backend, "FlashInferAttnBackend", None) is not None:
-                workspace.unpatch(backend)
-            runner = sys.modules.get(workspace.MODEL_RUNNER)
-            if runner is not None:
-                workspace.unpatch_runner(runner)
-            from guard_core import safety_net
+def _teardown() -> None:
+    from guard_core.patching import forget_import_hooks
 
-            safety_net.uninstall()
-            _log.reset_log()
-        except Exception:
-            pass
-        _registered = False
-        _source = None
+    from . import _log, moe, workspace
+
+    forget_import_hooks(HOOK_PREFIX)
+    moe.uninstall()
+    workspace.uninstall()
+    _log.reset_log()
 
 
 def is_registered() -> bool:

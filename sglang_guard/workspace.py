@@ -25,9 +25,13 @@ Any exception in our part: one warning, SGLang's own behaviour.
 from __future__ import annotations
 
 from guard_core.support import NATIVE_VAR as _NATIVE_VARS
+from guard_core.patching import PatchSet
+from guard_core.workspace_decision import is_out_of_memory
+
 
 NATIVE_VAR = _NATIVE_VARS["sglang"]
 _SKIP_CLASSES = ("TRTLLMHAAttnBackend",)
+_patches = PatchSet()  # FlashInferAttnBackend.__init__ and ModelRunner.load_model, undone by uninstall()
 _user_size: list = []  # [int|None] once known: the user's export at process start
 _reported: list = []  # a workspace line was logged in this process
 
@@ -52,8 +56,6 @@ def on_backend_module(module) -> None:
 
 
 def _patch(module) -> None:
-    from guard_core.patching import wrap_attr
-
     from ._log import log
 
     cls = getattr(module, "FlashInferAttnBackend", None)
@@ -64,7 +66,7 @@ def _patch(module) -> None:
         log().missing_target("workspace", f"{module.__name__}.FlashInferAttnBackend (SGLANG_FLASHINFER_WORKSPACE_SIZE)",
                              support.line_label("sglang"), needed=support.workspace_guard_needed(flashinfer_version()))
         return
-    wrap_attr(cls, "__init__", lambda orig: _make_init(module, orig))
+    _patches.wrap(cls, "__init__", lambda orig: _make_init(module, orig))
     # whatever the model might still miss: an overflowing plan() gets a buffer that fits
     from guard_core import safety_net
 
@@ -78,14 +80,18 @@ def get_settings_workspace() -> str:
     return get_settings().workspace
 
 
+def uninstall() -> None:
+    """Undo this module's patches and the safety net (the adapter's uninstall)."""
+    from guard_core import safety_net
+
+    _patches.undo()
+    safety_net.uninstall()
+
+
 def unpatch(module) -> bool:
     from guard_core.patching import unwrap_attr
 
     return unwrap_attr(module.FlashInferAttnBackend, "__init__")
-
-
-def _out_of_memory(exc: BaseException) -> bool:
-    return any(k.__name__ == "OutOfMemoryError" for k in type(exc).__mro__) or "out of memory" in str(exc).lower()
 
 
 def _applies(backend) -> bool:
@@ -107,7 +113,7 @@ def _make_init(module, orig):
         try:
             return orig(self, model_runner, *args, **kwargs)
         except Exception as exc:
-            if not (entered and _out_of_memory(exc) and sizing.raised()):
+            if not (entered and is_out_of_memory(exc) and sizing.raised()):
                 raise
             # the device cannot hold the decided size (e.g. FLASHINFER_GUARD_WORKSPACE=200GiB):
             # SGLang's own size, as without the guard, and one warning
@@ -272,8 +278,6 @@ def on_model_runner_module(module) -> None:
 
 
 def _patch_runner(module) -> None:
-    from guard_core.patching import wrap_attr
-
     from ._log import log
 
     cls = getattr(module, "ModelRunner", None)
@@ -281,7 +285,7 @@ def _patch_runner(module) -> None:
         log().debug("deterministic pre-check: ModelRunner.load_model not found; not applicable on this version",
                     key="workspace.early.missing")
         return
-    wrap_attr(cls, "load_model", _make_load_model)
+    _patches.wrap(cls, "load_model", _make_load_model)
 
 
 def unpatch_runner(module) -> bool:
@@ -363,6 +367,95 @@ def _fixed_split_limits(limits, runner):
     return limits, {"notes": notes}
 
 
+def _read_layout(module, runner, missing):
+    """(AttentionLayout, KV dtype, KV widths to size when unknown, tensor-core decode) of this rank."""
+    from guard_core.dispatch import dtype_bytes, dtype_kind
+    from guard_core.sizing import AttentionLayout
+
+    mc = runner.model_config
+    tp, dcp = _attn_tp_size()
+    q_heads = _q_heads(mc) // tp
+    try:
+        kv_heads = mc.get_num_kv_heads(tp, dcp) if dcp > 1 else mc.get_num_kv_heads(tp)
+    except TypeError:
+        kv_heads = mc.get_num_kv_heads(tp)
+    head_dim = int(mc.head_dim)
+    v_head_dim = int(getattr(mc, "v_head_dim", None) or head_dim)
+    page = int(_first(getattr(runner, "page_size", None), _server_field(runner, "page_size"), 1) or 1)
+    # the KV dtype FlashInfer sees: SGLang's runner dtype (FP8 KV is 1 byte; with an
+    # unknown dtype both widths are sized and the larger need kept)
+    kv_dtype = getattr(runner, "kv_cache_dtype", None)
+    kv_bytes = dtype_bytes(dtype_kind(kv_dtype))
+    kv_options = None
+    if kv_bytes is None:  # named by choose_planners
+        kv_bytes, kv_options = 2, (1, 2)
+    layout = AttentionLayout(int(q_heads), int(kv_heads), head_dim, v_head_dim, page, int(kv_bytes))
+    # SGLang's own tensor-core decision (its should_use_tensor_core), as its backend takes it
+    try:
+        tc = bool(module.should_use_tensor_core(kv_cache_dtype=kv_dtype, num_attention_heads=q_heads,
+                                                num_kv_heads=kv_heads))
+    except Exception:
+        tc = None
+        missing.append("should_use_tensor_core")
+    if _deterministic(runner):
+        tc = True
+    return layout, kv_dtype, kv_options, tc
+
+
+def _read_limits(runner, missing):
+    """(ServingLimits, fixed-split notes or None) of this runner: capture sizes, requests,
+    chunked prefill, speculative verify / draft decode, deterministic inference."""
+    from guard_core.sizing import ServingLimits
+
+    from ._log import log
+
+    mc = runner.model_config
+    captures = _capture_sizes(runner, missing)
+    pool = getattr(getattr(runner, "req_to_token_pool", None), "size", None)
+    max_seqs = int(_first(_server_field(runner, "max_running_requests", "schedule"), pool, 256))
+    chunk = _server_field(runner, "chunked_prefill_size", "schedule")
+    if not chunk or chunk <= 0:
+        chunk = _first(_server_field(runner, "max_prefill_tokens", "schedule"), 16384)
+    spec = _server_field(runner, "speculative_algorithm", "spec")
+    draft_runner = bool(getattr(runner, "is_draft_worker", False))
+    verify_q, per_seq = _speculative(runner, spec, draft_runner, missing)
+    limits = ServingLimits(capture_sizes=captures, max_num_seqs=max_seqs,
+                           max_num_batched_tokens=int(chunk),
+                           draft_tokens=max(0, (verify_q or 1) - 1), verify_q_len=verify_q, eager=True,
+                           max_model_len=getattr(mc, "context_len", None),
+                           decode_requests_per_seq=per_seq,
+                           # the target captures TARGET_VERIFY graphs only when speculating
+                           # (cuda_graph_runner.py 0.5.5:263-277: capture_forward_mode = TARGET_VERIFY)
+                           one_token_graphs=not (spec and not draft_runner))
+    fixed = None
+    if _deterministic(runner):
+        limits, fixed = _fixed_split_limits(limits, runner)
+        for note in fixed["notes"]:
+            log().warning_once("workspace.split:" + note[:60], f"workspace: deterministic inference: {note}")
+    return limits, fixed
+
+
+def _speculative(runner, spec, draft_runner, missing):
+    """(verify query length or None, decode requests per sequence)."""
+    # speculative verify: SGLang's speculative_num_draft_tokens already counts the
+    # verified (bonus) token; a verify request holds exactly that many query tokens
+    if spec and draft_runner:
+        # the draft model's runner: its multi-step draft backends decode topk x bs requests
+        # per step (FlashInferMultiStepDraftBackend.common_template, flashinfer_backend.py
+        # 0.5.5:1446, 0.5.23:2501 ``bs = self.topk * num_seqs``); it verifies nothing
+        topk = _server_field(runner, "speculative_eagle_topk", "spec")
+        try:
+            return None, max(1, int(topk or 1))
+        except (TypeError, ValueError):
+            return None, 1
+    if spec:
+        verify_q = int(_server_field(runner, "speculative_num_draft_tokens", "spec") or 0) or None
+        if verify_q is None:
+            missing.append("speculative_num_draft_tokens")
+        return verify_q, 1
+    return None, 1
+
+
 class _Sizing:
     """The need for one backend, and the temporary override of the env field."""
 
@@ -378,13 +471,15 @@ class _Sizing:
         self.decision = None
         self.from_cache = False
         self._had_get = None
+        self.facts = None  # guard_core.workspace_decision.WorkspaceFacts
+        self.computed = None  # its WorkspaceNeed (None with workspace off)
 
     @classmethod
     def build(cls, module, runner):
-        from guard_core.dispatch import PlannerFacts, choose_planners, dtype_bytes, dtype_kind, size_choice
+        from guard_core import workspace_decision
+        from guard_core.dispatch import PlannerFacts
         from guard_core.gpus import detect_gpu
         from guard_core.settings import get_settings
-        from guard_core.sizing import AttentionLayout, ServingLimits
         from guard_core.versions import flashinfer_version
 
         from ._log import log
@@ -395,88 +490,24 @@ class _Sizing:
             log().info_once("workspace.nofi", "workspace: FlashInfer is not installed; nothing to size")
             return None
         missing: list[str] = []
-        mc = runner.model_config
-        tp, dcp = _attn_tp_size()
-        q_heads = _q_heads(mc) // tp
-        try:
-            kv_heads = mc.get_num_kv_heads(tp, dcp) if dcp > 1 else mc.get_num_kv_heads(tp)
-        except TypeError:
-            kv_heads = mc.get_num_kv_heads(tp)
-        head_dim = int(mc.head_dim)
-        v_head_dim = int(getattr(mc, "v_head_dim", None) or head_dim)
-        page = int(_first(getattr(runner, "page_size", None), _server_field(runner, "page_size"), 1) or 1)
-        # the KV dtype FlashInfer sees: SGLang's runner dtype (FP8 KV is 1 byte; with an
-        # unknown dtype both widths are sized and the larger need kept)
-        kv_dtype = getattr(runner, "kv_cache_dtype", None)
-        kv_kind = dtype_kind(kv_dtype)
-        kv_bytes = dtype_bytes(kv_kind)
-        kv_options = None
-        if kv_bytes is None:  # named by choose_planners below
-            kv_bytes, kv_options = 2, (1, 2)
-        layout = AttentionLayout(int(q_heads), int(kv_heads), head_dim, v_head_dim, page, int(kv_bytes))
-        # SGLang's own tensor-core decision (its should_use_tensor_core), as its backend takes it
-        try:
-            tc = bool(module.should_use_tensor_core(kv_cache_dtype=kv_dtype, num_attention_heads=q_heads,
-                                                    num_kv_heads=kv_heads))
-        except Exception:
-            tc = None
-            missing.append("should_use_tensor_core")
-        if _deterministic(runner):
-            tc = True
-        captures = _capture_sizes(runner, missing)
-        pool = getattr(getattr(runner, "req_to_token_pool", None), "size", None)
-        max_seqs = int(_first(_server_field(runner, "max_running_requests", "schedule"), pool, 256))
-        chunk = _server_field(runner, "chunked_prefill_size", "schedule")
-        if not chunk or chunk <= 0:
-            chunk = _first(_server_field(runner, "max_prefill_tokens", "schedule"), 16384)
-        # speculative verify: SGLang's speculative_num_draft_tokens already counts the
-        # verified (bonus) token; a verify request holds exactly that many query tokens
-        verify_q = None
-        per_seq = 1
-        spec = _server_field(runner, "speculative_algorithm", "spec")
-        draft_runner = bool(getattr(runner, "is_draft_worker", False))
-        if spec and draft_runner:
-            # the draft model's runner: its multi-step draft backends decode topk x bs requests
-            # per step (FlashInferMultiStepDraftBackend.common_template, flashinfer_backend.py
-            # 0.5.5:1446, 0.5.23:2501 ``bs = self.topk * num_seqs``); it verifies nothing
-            topk = _server_field(runner, "speculative_eagle_topk", "spec")
-            try:
-                per_seq = max(1, int(topk or 1))
-            except (TypeError, ValueError):
-                per_seq = 1
-        elif spec:
-            verify_q = int(_server_field(runner, "speculative_num_draft_tokens", "spec") or 0) or None
-            if verify_q is None:
-                missing.append("speculative_num_draft_tokens")
-        limits = ServingLimits(capture_sizes=captures, max_num_seqs=max_seqs,
-                               max_num_batched_tokens=int(chunk),
-                               draft_tokens=max(0, (verify_q or 1) - 1), verify_q_len=verify_q, eager=True,
-                               max_model_len=getattr(mc, "context_len", None),
-                               decode_requests_per_seq=per_seq,
-                               # the target captures TARGET_VERIFY graphs only when speculating
-                               # (cuda_graph_runner.py 0.5.5:263-277: capture_forward_mode = TARGET_VERIFY)
-                               one_token_graphs=not (spec and not draft_runner))
-        fixed = None
-        if _deterministic(runner):
-            limits, fixed = _fixed_split_limits(limits, runner)
-            for note in fixed["notes"]:
-                log().warning_once("workspace.split:" + note[:60], f"workspace: deterministic inference: {note}")
+        layout, kv_dtype, kv_options, tc = _read_layout(module, runner, missing)
+        limits, fixed = _read_limits(runner, missing)
         gpu = detect_gpu(getattr(runner, "device", None))
         if gpu is None:
             log().info_once("workspace.nogpu", "workspace: no CUDA GPU visible to this process; nothing to size")
             return None
-        if settings.workspace == "off":
-            requirement = None
-        else:
-            choice = choose_planners(PlannerFacts(framework="sglang", cc=tuple(gpu.cc),
-                                                  kv_dtype=None if kv_dtype is None else str(kv_dtype),
-                                                  tensor_core_decode=tc))
-            requirement = size_choice(layout, limits, gpu, fi, choice, "sglang", kv_options)
-            gone = list(dict.fromkeys([*missing, *choice.missing]))
-            if gone:
-                log().warning_once("workspace.missing:" + ",".join(gone),
-                                   f"workspace: SGLang does not say {', '.join(gone)}; sized for the larger need")
-        sizing = cls(module, runner, requirement, layout, gpu, fi, tc)
+        facts = workspace_decision.WorkspaceFacts(
+            "sglang", fi, gpu, layout, limits,
+            PlannerFacts(framework="sglang", cc=tuple(gpu.cc), kv_dtype=None if kv_dtype is None else str(kv_dtype),
+                         tensor_core_decode=tc),
+            kv_options, tuple(missing))
+        computed = None
+        if settings.workspace != "off":
+            computed = workspace_decision.need(facts)
+            for key, text in computed.warnings:
+                log().warning_once(key, text)
+        sizing = cls(module, runner, computed.requirement if computed else None, layout, gpu, fi, tc)
+        sizing.facts, sizing.computed = facts, computed
         if fixed is not None:
             sizing.fixed_split = dict(fixed, limits=limits)
         return sizing
@@ -506,7 +537,7 @@ class _Sizing:
     fixed_split = None  # deterministic inference: {"limits", "notes"} (see _fixed_split_limits)
 
     def _decide(self, server_bytes):
-        from guard_core.decisions import decide_workspace
+        from guard_core import workspace_decision
         from guard_core.settings import get_settings
 
         user = _user_size[0] if _user_size else None
@@ -514,15 +545,8 @@ class _Sizing:
         settings = get_settings()
         if self.fixed_split is not None and self.requirement is not None:
             return self._decide_fixed_split(int(server_bytes), settings)
-        refused = None
-        if settings.workspace == "exact":
-            from guard_core.decisions import exact_refusal
-            from guard_core.versions import installed_version
-
-            refused = exact_refusal("SGLang", installed_version("sglang"), self.fi_version)
-        return decide_workspace(self.requirement, framework="sglang", server_bytes=int(server_bytes),
-                                user_bytes=user, user_var=NATIVE_VAR, settings=settings,
-                                flashinfer_version=self.fi_version, exact_refused=refused)
+        return workspace_decision.decide(self.facts, server_bytes=int(server_bytes), user_bytes=user,
+                                         settings=settings, computed=self.computed).decision
 
     def _decide_fixed_split(self, server_bytes, settings):
         """Deterministic inference: the need when affordable (over SGLang's forced 2 GiB),

@@ -107,103 +107,119 @@ def read(path: str, tps=(1,)) -> dict:
     mt = _get(tc, "model_type", "")
     arch = _layer_arch(mc)
     per_layer = arch is not None and getattr(arch, "per_layer_overrides", None) is not None
-    het = bool(_get(tc, "is_heterogeneous", False))
     out = {"ok": True, "architecture": (mc.architectures or ["?"])[0], "model_type": mt,
            "num_layers": n, "max_len": int(mc.max_model_len), "use_mla": bool(mc.use_mla),
            "head_size": int(mc.get_head_size()), "per_layer_arch": per_layer, "groups": {}, "attention_layers": {}}
-    kinds = _kinds(tc, n)
+    m = SimpleNamespace(mc=mc, tc=tc, n=n, mt=mt, arch=arch, per_layer=per_layer,
+                        het=bool(_get(tc, "is_heterogeneous", False)), kinds=_kinds(tc, n))
     for tp in tps:
-        pc = SimpleNamespace(tensor_parallel_size=tp, pipeline_parallel_size=1, rank=0,
-                             decode_context_parallel_size=1)
-        total_heads = int(mc.model_arch_config.total_num_attention_heads) if hasattr(mc, "model_arch_config") \
-            else int(_get(tc, "num_attention_heads", 0) or 0)
-        if total_heads and total_heads % tp:
-            # vllm config/model.py ModelConfig.verify_with_parallel_config
-            out["groups"][str(tp)] = {"refusal": f"Total number of attention heads ({total_heads}) must be "
-                                                 f"divisible by tensor parallel size ({tp})."}
-            continue
-        try:
-            q = int(mc.get_num_attention_heads(pc))
-            kv = int(mc.get_num_kv_heads(pc))
-            try:
-                n_attn = int(mc.get_num_layers_by_block_type(pc, "attention"))
-            except Exception:
-                n_attn = None
-        except Exception as exc:
-            out["groups"][str(tp)] = {"refusal": f"{type(exc).__name__}: {exc}"[:300]}
-            continue
-        out["attention_layers"][str(tp)] = n_attn
-        hd = int(mc.get_head_size())
-        if mc.use_mla:
-            dvo = int(_get(tc, "v_head_dim", 0) or 0)
-            out["groups"][str(tp)] = [dict(kind="mla", num_qo_heads=q, num_kv_heads=1, head_dim_qk=hd,
-                                           head_dim_vo=dvo, count=n, window=None, sinks=False)]
-            continue
-        rows: dict[tuple, dict] = {}
-        other: dict[str, int] = {}
-        blocks = _get(tc, "block_configs")
-        heads_total = int(_get(tc, "num_attention_heads") or mc.model_arch_config.total_num_attention_heads)
-        for i, k in enumerate(kinds):
-            lc = tc.per_layer_config[i] if het else tc
-            lq, lkv, dqk, win, snk = q, kv, hd, None, False
-            if per_layer:
-                # vLLM's own per-layer reading (0.33: model_arch_config[i], used by the model files,
-                # e.g. models/gemma4.py Gemma4DecoderLayer reads config.per_layer_config[layer_idx])
-                la = arch[i]
-                lq = int(mc.get_num_attention_heads(pc, la))
-                lkv = int(mc.get_num_kv_heads(pc, la))
-                dqk = int(la.head_size)
-            elif blocks:
-                # vllm models/nemotron_nas.py DeciLMDecoderLayer: attention.no_op layers run no
-                # attention; the others heads // n_heads_in_group KV heads
-                a = blocks[i].attention
-                if a.no_op:
-                    other["no attention (block no_op)"] = other.get("no attention (block no_op)", 0) + 1
-                    continue
-                lkv = max(1, (heads_total // a.n_heads_in_group) // tp)
-            if k not in ("full", "sliding", "chunked"):
-                other[k] = other.get(k, 0) + 1
-                continue
-            if not per_layer:
-                dqk = int(_get(lc, "head_dim", None) or hd)
-            dvo = int(_get(lc, "v_head_dim", None) or dqk)
-            if k == "sliding":
-                win = _get(lc, "sliding_window", None)
-            if k == "chunked":
-                win = _get(lc, "attention_chunk_size", None)
-            if mt in ("gemma4", "gemma4_text") and k == "full" and not per_layer:
-                # vllm 0.23 models/gemma4.py Gemma4DecoderLayer: global_head_dim on full layers;
-                # num_global_key_value_heads when attention_k_eq_v
-                dqk = dvo = int(_get(tc, "global_head_dim", None) or tc.head_dim)
-                if _get(tc, "attention_k_eq_v", False):
-                    total = int(_get(tc, "num_global_key_value_heads", None) or tc.num_key_value_heads)
-                    lkv = max(1, total // tp)
-            if mt in ("mimo_v2_flash", "mimo_v2"):
-                # vllm models/mimo_v2.py MiMoV2DecoderLayer: SWA layers take swa_* heads and dims
-                if k == "sliding":
-                    lq = int(tc.swa_num_attention_heads) // tp
-                    lkv = max(1, int(tc.swa_num_key_value_heads) // tp)
-                    dqk = int(tc.swa_head_dim)
-                    dvo = int(_get(tc, "swa_v_head_dim", None) or dqk)
-                    win = _get(tc, "sliding_window_size", None) or _get(tc, "sliding_window", None)
-                    snk = bool(_get(tc, "add_swa_attention_sink_bias", False))
-                else:
-                    snk = bool(_get(tc, "add_full_attention_sink_bias", False))
-            if mt == "gpt_oss":
-                snk = True  # vllm models/gpt_oss.py: every layer has sinks
-            if mt == "minicpm3":
-                # vllm models/minicpm3.py: Attention(num_heads, qk_head_dim, num_kv_heads=num_heads)
-                dqk = dvo = int(tc.qk_nope_head_dim) + int(tc.qk_rope_head_dim)
-                lkv = q
-            key = (k, lq, lkv, dqk, dvo, win, snk)
-            if key in rows:
-                rows[key]["count"] += 1
-            else:
-                rows[key] = dict(kind=k, num_qo_heads=lq, num_kv_heads=lkv, head_dim_qk=dqk, head_dim_vo=dvo,
-                                 count=1, window=win, sinks=snk)
-        out["groups"][str(tp)] = list(rows.values())
-        out["other_layers"] = other
+        _read_tp(m, tp, out)
     return out
+
+
+def _read_tp(m, tp: int, out: dict) -> None:
+    """The attention layer groups of one tensor-parallel size into ``out`` (or its refusal)."""
+    from types import SimpleNamespace
+
+    mc, tc = m.mc, m.tc
+    pc = SimpleNamespace(tensor_parallel_size=tp, pipeline_parallel_size=1, rank=0,
+                         decode_context_parallel_size=1)
+    total_heads = int(mc.model_arch_config.total_num_attention_heads) if hasattr(mc, "model_arch_config") \
+        else int(_get(tc, "num_attention_heads", 0) or 0)
+    if total_heads and total_heads % tp:
+        # vllm config/model.py ModelConfig.verify_with_parallel_config
+        out["groups"][str(tp)] = {"refusal": f"Total number of attention heads ({total_heads}) must be "
+                                             f"divisible by tensor parallel size ({tp})."}
+        return
+    try:
+        q = int(mc.get_num_attention_heads(pc))
+        kv = int(mc.get_num_kv_heads(pc))
+        try:
+            n_attn = int(mc.get_num_layers_by_block_type(pc, "attention"))
+        except Exception:
+            n_attn = None
+    except Exception as exc:
+        out["groups"][str(tp)] = {"refusal": f"{type(exc).__name__}: {exc}"[:300]}
+        return
+    out["attention_layers"][str(tp)] = n_attn
+    hd = int(mc.get_head_size())
+    if mc.use_mla:
+        dvo = int(_get(tc, "v_head_dim", 0) or 0)
+        out["groups"][str(tp)] = [dict(kind="mla", num_qo_heads=q, num_kv_heads=1, head_dim_qk=hd,
+                                       head_dim_vo=dvo, count=m.n, window=None, sinks=False)]
+        return
+    rows: dict[tuple, dict] = {}
+    other: dict[str, int] = {}
+    m.blocks = _get(tc, "block_configs")
+    m.heads_total = int(_get(tc, "num_attention_heads") or mc.model_arch_config.total_num_attention_heads)
+    for i, k in enumerate(m.kinds):
+        key = _layer_shape(m, pc, tp, i, k, q, kv, hd)
+        if isinstance(key, str):  # not an attention layer FlashInfer plans: counted by kind
+            other[key] = other.get(key, 0) + 1
+        elif key in rows:
+            rows[key]["count"] += 1
+        else:
+            k, lq, lkv, dqk, dvo, win, snk = key
+            rows[key] = dict(kind=k, num_qo_heads=lq, num_kv_heads=lkv, head_dim_qk=dqk, head_dim_vo=dvo,
+                             count=1, window=win, sinks=snk)
+    out["groups"][str(tp)] = list(rows.values())
+    out["other_layers"] = other
+
+
+def _layer_shape(m, pc, tp: int, i: int, k: str, q: int, kv: int, hd: int):
+    """Layer ``i``'s (kind, q heads, kv heads, head dim qk, vo, window, sinks) per rank, as
+    vLLM's model files build it, or a label for a layer without such attention."""
+    mc, tc, mt, per_layer = m.mc, m.tc, m.mt, m.per_layer
+    lc = tc.per_layer_config[i] if m.het else tc
+    lq, lkv, dqk, win, snk = q, kv, hd, None, False
+    if per_layer:
+        # vLLM's own per-layer reading (0.33: model_arch_config[i], used by the model files,
+        # e.g. models/gemma4.py Gemma4DecoderLayer reads config.per_layer_config[layer_idx])
+        la = m.arch[i]
+        lq = int(mc.get_num_attention_heads(pc, la))
+        lkv = int(mc.get_num_kv_heads(pc, la))
+        dqk = int(la.head_size)
+    elif m.blocks:
+        # vllm models/nemotron_nas.py DeciLMDecoderLayer: attention.no_op layers run no
+        # attention; the others heads // n_heads_in_group KV heads
+        a = m.blocks[i].attention
+        if a.no_op:
+            return "no attention (block no_op)"
+        lkv = max(1, (m.heads_total // a.n_heads_in_group) // tp)
+    if k not in ("full", "sliding", "chunked"):
+        return k
+    if not per_layer:
+        dqk = int(_get(lc, "head_dim", None) or hd)
+    dvo = int(_get(lc, "v_head_dim", None) or dqk)
+    if k == "sliding":
+        win = _get(lc, "sliding_window", None)
+    if k == "chunked":
+        win = _get(lc, "attention_chunk_size", None)
+    if mt in ("gemma4", "gemma4_text") and k == "full" and not per_layer:
+        # vllm 0.23 models/gemma4.py Gemma4DecoderLayer: global_head_dim on full layers;
+        # num_global_key_value_heads when attention_k_eq_v
+        dqk = dvo = int(_get(tc, "global_head_dim", None) or tc.head_dim)
+        if _get(tc, "attention_k_eq_v", False):
+            total = int(_get(tc, "num_global_key_value_heads", None) or tc.num_key_value_heads)
+            lkv = max(1, total // tp)
+    if mt in ("mimo_v2_flash", "mimo_v2"):
+        # vllm models/mimo_v2.py MiMoV2DecoderLayer: SWA layers take swa_* heads and dims
+        if k == "sliding":
+            lq = int(tc.swa_num_attention_heads) // tp
+            lkv = max(1, int(tc.swa_num_key_value_heads) // tp)
+            dqk = int(tc.swa_head_dim)
+            dvo = int(_get(tc, "swa_v_head_dim", None) or dqk)
+            win = _get(tc, "sliding_window_size", None) or _get(tc, "sliding_window", None)
+            snk = bool(_get(tc, "add_swa_attention_sink_bias", False))
+        else:
+            snk = bool(_get(tc, "add_full_attention_sink_bias", False))
+    if mt == "gpt_oss":
+        snk = True  # vllm models/gpt_oss.py: every layer has sinks
+    if mt == "minicpm3":
+        # vllm models/minicpm3.py: Attention(num_heads, qk_head_dim, num_kv_heads=num_heads)
+        dqk = dvo = int(tc.qk_nope_head_dim) + int(tc.qk_rope_head_dim)
+        lkv = q
+    return (k, lq, lkv, dqk, dvo, win, snk)
 
 
 def main(argv=None) -> int:

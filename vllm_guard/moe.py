@@ -42,7 +42,8 @@ line too.
 
 from __future__ import annotations
 
-from guard_core.patching import PatchSet, guarded, rebind_everywhere, when_imported
+from guard_core.patch_table import PatchTable
+from guard_core.patching import PatchSet, guarded, rebind_everywhere
 
 from ._log import get_log
 
@@ -192,16 +193,7 @@ def _skip_text() -> str:
 
 
 def install(settings) -> None:
-    when_imported(UTILS, _on_utils, key="vllm_guard.moe.utils")
-    for name in IMPORTERS:
-        when_imported(name, _on_importer, key="vllm_guard.moe.importer")
-    when_imported(MXFP4, _on_mxfp4, key="vllm_guard.moe.mxfp4")
-    when_imported(BF16_GATE, _on_bf16_gate, key="vllm_guard.moe.bf16_gate")
-    when_imported(FI_UTILS, _on_fi_utils, key="vllm_guard.moe.fi_utils")
-    when_imported(ARG_UTILS, _on_arg_utils, key="vllm_guard.moe.arg_utils")
-    when_imported(MXFP4_ORACLE, _on_mxfp4_oracle, key="vllm_guard.moe.mxfp4_oracle")
-    when_imported(BF16_EXPERTS, _on_bf16_experts, key="vllm_guard.moe.bf16_experts")
-    when_imported(KERNEL_WARMUP, _on_kernel_warmup, key="vllm_guard.moe.kernel_warmup")
+    _TABLE.install()
 
 
 def uninstall() -> None:
@@ -220,11 +212,6 @@ def _not_applicable(target: str, needed: bool = True, op: str | None = None) -> 
 
 
 # --- has_flashinfer_trtllm_fused_moe ---------------------------------------
-
-def _on_utils(module) -> None:
-    guarded(get_log(), "moe", "moe guard", _announce)
-    guarded(get_log(), "moe", "moe guard", _patch_utils, module)
-
 
 def _announce() -> None:
     from ._log import announce_line
@@ -294,26 +281,19 @@ def _clear_dependent_caches() -> None:
                     pass
 
 
-def _on_importer(module) -> None:
-    def rebind(mod):
-        old, new = _rebinds.get("old"), _rebinds.get("new")
-        if old is None:
-            return
-        # this module, and any other that picked the original up meanwhile
-        rebind_everywhere(old, new, prefix="vllm")
-        for fn_name in DEPENDENT_CACHES:
-            clear = getattr(getattr(mod, fn_name, None), "cache_clear", None)
-            if callable(clear):
-                clear()
-
-    guarded(get_log(), "moe", "moe guard", rebind, module)
+def _rebind_importer(mod) -> None:
+    old, new = _rebinds.get("old"), _rebinds.get("new")
+    if old is None:
+        return
+    # this module, and any other that picked the original up meanwhile
+    rebind_everywhere(old, new, prefix="vllm")
+    for fn_name in DEPENDENT_CACHES:
+        clear = getattr(getattr(mod, fn_name, None), "cache_clear", None)
+        if callable(clear):
+            clear()
 
 
 # --- vLLM 0.19's BF16 gate (a module function that does not ask TARGET) ------
-
-def _on_bf16_gate(module) -> None:
-    guarded(get_log(), "moe", "moe guard (BF16)", _patch_bf16_gate, module)
-
 
 def _patch_bf16_gate(module) -> None:
     # later lines keep the module (its fused op) without the gate: nothing to do there
@@ -328,10 +308,6 @@ def _patch_bf16_gate(module) -> None:
 
 
 # --- the BF16 TRT-LLM experts (0.20+): open reports from FlashInfer 0.6.16 -----------
-
-def _on_bf16_experts(module) -> None:
-    guarded(get_log(), "moe", "moe guard (BF16)", _patch_bf16_experts, module)
-
 
 def _patch_bf16_experts(module) -> None:
     if potential("bf16").action == "none":
@@ -357,10 +333,6 @@ def _gated_classes(module) -> list:
 
 
 # --- strict: skip the BF16 autotune sweep (vLLM 0.29+) ------------------------------
-
-def _on_kernel_warmup(module) -> None:
-    guarded(get_log(), "moe", "moe guard (autotune)", _patch_kernel_warmup, module)
-
 
 def _patch_kernel_warmup(module) -> None:
     if potential("bf16").action != "skip_autotune":
@@ -436,10 +408,6 @@ def _bf16_route_asked() -> bool:
 
 # --- MXFP4 TRT-LLM experts (not gated by TARGET) ----------------------------
 
-def _on_mxfp4(module) -> None:
-    guarded(get_log(), "moe", "moe guard (MXFP4)", _patch_mxfp4, module)
-
-
 def _patch_mxfp4(module) -> None:
     if potential("mxfp4").action not in ("block", "warn", "on"):
         return
@@ -458,10 +426,6 @@ def _patch_mxfp4(module) -> None:
 
 
 # --- VLLM_FLASHINFER_MOE_BACKEND=latency (older env route, read in workers) --
-
-def _on_fi_utils(module) -> None:
-    guarded(get_log(), "moe", "moe guard (env route)", _patch_fi_utils, module)
-
 
 def _patch_fi_utils(module) -> None:
     if not potential().block:
@@ -539,10 +503,6 @@ class _EnvsView:
         return value
 
 
-def _on_mxfp4_oracle(module) -> None:
-    guarded(get_log(), "moe", "moe guard (MXFP4 env route)", _patch_mxfp4_oracle, module)
-
-
 def _patch_mxfp4_oracle(module) -> None:
     if not potential("mxfp4").block:
         return
@@ -565,11 +525,6 @@ def _patch_mxfp4_oracle(module) -> None:
 
 
 # --- explicit --moe-backend flashinfer_trtllm --------------------------------
-
-def _on_arg_utils(module) -> None:
-    guarded(get_log(), "moe", "moe guard", _announce)
-    guarded(get_log(), "moe", "moe guard (config)", _patch_arg_utils, module)
-
 
 def _patch_arg_utils(module) -> None:
     if not _may_block():
@@ -620,3 +575,19 @@ def rewrite_moe_backend(config) -> list[str]:
             d.line(f"TRT-LLM fused MoE disabled; {flag} flashinfer_trtllm replaced by auto"),
         )
     return changed
+
+
+# --- the patch table: (module, hook key, what, apply), applied by guard_core.patch_table ---
+
+_TABLE = PatchTable(get_log)
+_TABLE.row(UTILS, "vllm_guard.moe.utils", "moe guard", _patch_utils, before=_announce)
+for _name in IMPORTERS:
+    _TABLE.row(_name, "vllm_guard.moe.importer", "moe guard", _rebind_importer)
+_TABLE.row(MXFP4, "vllm_guard.moe.mxfp4", "moe guard (MXFP4)", _patch_mxfp4)
+_TABLE.row(BF16_GATE, "vllm_guard.moe.bf16_gate", "moe guard (BF16)", _patch_bf16_gate)
+_TABLE.row(FI_UTILS, "vllm_guard.moe.fi_utils", "moe guard (env route)", _patch_fi_utils)
+_TABLE.row(ARG_UTILS, "vllm_guard.moe.arg_utils", "moe guard (config)", _patch_arg_utils,
+           before=_announce, before_what="moe guard")
+_TABLE.row(MXFP4_ORACLE, "vllm_guard.moe.mxfp4_oracle", "moe guard (MXFP4 env route)", _patch_mxfp4_oracle)
+_TABLE.row(BF16_EXPERTS, "vllm_guard.moe.bf16_experts", "moe guard (BF16)", _patch_bf16_experts)
+_TABLE.row(KERNEL_WARMUP, "vllm_guard.moe.kernel_warmup", "moe guard (autotune)", _patch_kernel_warmup)

@@ -11,6 +11,7 @@ installs again.
 
 from __future__ import annotations
 
+import sys
 import threading
 
 HOOK_PREFIX = "vllm_guard."  # every post-import hook key of this adapter starts so
@@ -18,29 +19,25 @@ _lock = threading.RLock()
 _registered = False
 
 
-def register() -> None:
-    """Install flashinfer-guard into this vLLM process (idempotent, never raises)."""
-    global _registered
-    with _lock:
-        if _registered:
-            return
-        _registered = True
-        try:
-            _register()
-        except Exception as exc:  # never take vLLM down
-            try:
-                from ._log import get_log
+def register() -> bool:
+    """Install flashinfer-guard into this vLLM process (idempotent, never raises).
+    Returns True when active (the contract of guard_core.lifecycle; vLLM ignores it)."""
+    from guard_core import lifecycle
 
-                get_log().warning_once(
-                    "register",
-                    f"not installed after an internal error ({type(exc).__name__}: {exc}); "
-                    "vLLM continues without flashinfer-guard",
-                )
-            except Exception:
-                pass
+    return lifecycle.register(sys.modules[__name__], _register, _say_failed)
 
 
-def _register() -> None:
+def _say_failed(exc: BaseException) -> None:
+    from ._log import get_log
+
+    get_log().warning_once(
+        "register",
+        f"not installed after an internal error ({type(exc).__name__}: {exc}); "
+        "vLLM continues without flashinfer-guard",
+    )
+
+
+def _register() -> bool:
     from guard_core.settings import get_settings
 
     settings = get_settings()
@@ -49,11 +46,12 @@ def _register() -> None:
 
         get_log().settings_warnings(settings)
     if not settings.enabled:
-        return
+        return False
     from . import moe, workspace
 
     moe.install(settings)
     workspace.install(settings)
+    return True
 
 
 def is_registered() -> bool:
@@ -63,17 +61,17 @@ def is_registered() -> bool:
 def uninstall() -> None:
     """Undo every patch and post-import hook of this process; ``register()`` installs
     again afterwards (tests; never raises)."""
-    global _registered
-    with _lock:
-        try:
-            from guard_core.patching import forget_import_hooks
+    from guard_core import lifecycle
 
-            from . import _log, moe, workspace
+    lifecycle.uninstall(sys.modules[__name__], _teardown)
 
-            forget_import_hooks(HOOK_PREFIX)
-            moe.uninstall()
-            workspace.uninstall()
-            _log.reset_log()
-        except Exception:
-            pass
-        _registered = False
+
+def _teardown() -> None:
+    from guard_core.patching import forget_import_hooks
+
+    from . import _log, moe, workspace
+
+    forget_import_hooks(HOOK_PREFIX)
+    moe.uninstall()
+    workspace.uninstall()
+    _log.reset_log()

@@ -15,8 +15,9 @@ model runner shares the first builder's buffer) is checked the same way.
 
 from __future__ import annotations
 
-from guard_core.patching import guarded, unwrap_attr, when_imported, wrap_attr
+from guard_core.patching import PatchSet, guarded, when_imported
 from guard_core.support import NATIVE_VAR as _NATIVE_VARS
+from guard_core.workspace_decision import is_out_of_memory
 
 from ._log import get_log
 
@@ -24,7 +25,7 @@ BACKEND = "vllm.v1.attention.backends.flashinfer"
 BUILDER = "FlashInferMetadataBuilder"
 NATIVE_VAR = _NATIVE_VARS["vllm"]
 
-_patched: list[tuple[object, str]] = []
+_patches = PatchSet()  # the builder's wrapped methods, undone by uninstall()
 
 
 def install(settings) -> None:
@@ -42,9 +43,7 @@ def install(settings) -> None:
 def uninstall() -> None:
     from guard_core import safety_net
 
-    for owner, name in reversed(_patched):
-        unwrap_attr(owner, name)
-    _patched.clear()
+    _patches.undo()
     safety_net.uninstall()
 
 
@@ -92,8 +91,7 @@ def _patch_backend(module) -> None:
 
         return _get_workspace_buffer
 
-    if wrap_attr(cls, "_get_workspace_buffer", make_get):
-        _patched.append((cls, "_get_workspace_buffer"))
+    _patches.wrap(cls, "_get_workspace_buffer", make_get)
 
     if callable(getattr(cls, "set_workspace_buffer", None)):
         def make_set(orig):
@@ -104,8 +102,7 @@ def _patch_backend(module) -> None:
 
             return set_workspace_buffer
 
-        if wrap_attr(cls, "set_workspace_buffer", make_set):
-            _patched.append((cls, "set_workspace_buffer"))
+        _patches.wrap(cls, "set_workspace_buffer", make_set)
 
 
 # --- reading vLLM ---------------------------------------------------------
@@ -300,19 +297,28 @@ def facts(builder, gpu):
     return layout, limits, pfacts, kv_options, missing
 
 
+def workspace_facts(builder, gpu, fi):
+    """This builder as the core's WorkspaceFacts (gpu None: nothing to size)."""
+    from guard_core.workspace_decision import WorkspaceFacts
+
+    if gpu is None:
+        return WorkspaceFacts("vllm", fi)
+    layout, limits, pfacts, kv_options, missing = facts(builder, gpu)
+    return WorkspaceFacts("vllm", fi, gpu, layout, limits, pfacts, kv_options, tuple(missing))
+
+
+def _warn(warnings) -> None:
+    for key, text in warnings:
+        get_log().warning_once(key, text)
+
+
 def requirement(builder, gpu, fi):
     """The core's Requirement for this builder (planners from guard_core.dispatch)."""
-    from guard_core.dispatch import choose_planners, size_choice
+    from guard_core import workspace_decision
 
-    layout, limits, pfacts, kv_options, missing = facts(builder, gpu)
-    choice = choose_planners(pfacts)
-    req = size_choice(layout, limits, gpu, fi, choice, "vllm", kv_options)
-    gone = list(dict.fromkeys([*missing, *choice.missing]))
-    if gone:
-        get_log().warning_once(
-            "workspace-missing:" + ",".join(gone),
-            f"workspace: vLLM builder does not say {', '.join(gone)}; sized for the larger need")
-    return req
+    computed = workspace_decision.need(workspace_facts(builder, gpu, fi))
+    _warn(computed.warnings)
+    return computed.requirement
 
 
 def describe(builder, gpu):
@@ -325,8 +331,7 @@ def describe(builder, gpu):
 
 def decide(builder, module):
     """(WorkspaceDecision or None, what vLLM would allocate)."""
-    from guard_core import gpus
-    from guard_core.decisions import decide_workspace
+    from guard_core import gpus, workspace_decision
     from guard_core.settings import get_settings
     from guard_core.versions import flashinfer_version
 
@@ -348,27 +353,13 @@ def decide(builder, module):
             f"left to vLLM ({server / (1 << 20):.0f} MiB)",
         )
         return None, server
-    req = requirement(builder, gpu, fi) if gpu is not None else None
-    refused = None
-    if settings.workspace == "exact":
-        from guard_core.decisions import exact_refusal
-        from guard_core.versions import installed_version
-
-        refused = exact_refusal("vLLM", installed_version("vllm"), fi)
-    dec = decide_workspace(
-        req, framework="vLLM", server_bytes=server, user_bytes=user, user_var=NATIVE_VAR,
-        settings=settings, flashinfer_version=fi, exact_refused=refused,
-    )
-    return dec, server
+    out = workspace_decision.decide(workspace_facts(builder, gpu, fi), server_bytes=server, user_bytes=user,
+                                    settings=settings)
+    _warn(out.warnings)
+    return out.decision, server
 
 
 # --- applying -------------------------------------------------------------
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """torch.OutOfMemoryError (torch.cuda.OutOfMemoryError) or an allocator's
-    "out of memory" RuntimeError, without importing torch."""
-    return any(k.__name__ == "OutOfMemoryError" for k in type(exc).__mro__) or "out of memory" in str(exc).lower()
-
 
 class _Plan:
     __slots__ = ("decision", "server", "target")

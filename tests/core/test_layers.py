@@ -116,12 +116,8 @@ PRODUCT = ("guard_core", "vllm_guard", "sglang_guard")
 PLANNER_MIRRORS = {
     "guard_core/flashinfer_model.py::prefill_plan",  # PrefillPlan + PrefillSplitQOKVIndptr
 }
-# TEMPORARY (issue 18): adapter functions being split in the adapter refactor that runs in
-# parallel with this one; remove each entry when that refactor lands.
-ADAPTERS_BEING_SPLIT = {
-    "sglang_guard/workspace.py::_Sizing.build",
-    "vllm_guard/model_reader.py::read",
-}
+# (the adapter functions that were over 80 lines were split in the issue-18 refactor)
+ADAPTERS_BEING_SPLIT: set = set()
 
 
 def function_lengths() -> dict[str, int]:

@@ -1,0 +1,140 @@
+"""One entry for the float-workspace decision, shared by both adapters.
+
+An adapter reads the live server into a ``WorkspaceFacts`` record (what it
+could read, and the names of what it could not) and hands it here with the
+server's and the user's sizes and the settings; it gets back one
+``WorkspaceOutcome`` (the decision: size, reason, log line; the warnings to
+log once) and applies it. The sequence is the same for every framework:
+``choose_planners`` -> ``size_choice`` -> the "does not say X" warning ->
+``exact_refusal`` -> ``decide_workspace``.
+
+``need()`` and ``decide()`` are separate because SGLang answers its size
+source several times per backend with different server sizes: the need is
+computed once, the decision per size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .support import NATIVE_VAR
+
+__all__ = ["FRAMEWORKS", "FrameworkNames", "WorkspaceFacts", "WorkspaceNeed", "WorkspaceOutcome",
+           "need", "decide", "is_out_of_memory"]
+
+
+@dataclass(frozen=True)
+class FrameworkNames:
+    """How one framework is named in the decision's lines (kept as each adapter always said them)."""
+
+    decision: str  # in the decision text ("vLLM allocates ...", "sglang allocates ...")
+    refusal: str  # in exact's refusal ("outside the checked SGLang lines")
+    package: str  # the distribution whose installed version is checked
+    reader: str  # the "<reader> does not say X" warning
+    missing_key: str  # the once-key prefix of that warning
+    native_var: str  # the user's native size variable
+
+
+FRAMEWORKS = {
+    "vllm": FrameworkNames("vLLM", "vLLM", "vllm", "vLLM builder", "workspace-missing:",
+                           NATIVE_VAR["vllm"]),
+    "sglang": FrameworkNames("sglang", "SGLang", "sglang", "SGLang", "workspace.missing:",
+                             NATIVE_VAR["sglang"]),
+}
+
+
+@dataclass(frozen=True)
+class WorkspaceFacts:
+    """What an adapter read from the live server, framework-free.
+
+    ``layout``/``limits``/``planner_facts`` are guard_core.sizing/dispatch
+    records; ``missing`` names what the adapter could not read (sized for the
+    larger need). ``gpu`` None: nothing to size (only a set size applies)."""
+
+    framework: str  # a key of FRAMEWORKS
+    flashinfer_version: str
+    gpu: Any = None
+    layout: Any = None
+    limits: Any = None
+    planner_facts: Any = None
+    kv_dtype_bytes_options: tuple | None = None
+    missing: tuple = ()
+
+    @property
+    def names(self) -> FrameworkNames:
+        return FRAMEWORKS[self.framework]
+
+
+@dataclass(frozen=True)
+class WorkspaceNeed:
+    """The computed need (a guard_core.sizing.Requirement) and the once-warnings it brings."""
+
+    requirement: Any
+    warnings: tuple = ()  # ((once-key, text), ...)
+
+
+@dataclass(frozen=True)
+class WorkspaceOutcome:
+    """The one decision an adapter applies."""
+
+    decision: Any  # guard_core.decisions.WorkspaceDecision
+    requirement: Any = None
+    warnings: tuple = ()  # ((once-key, text), ...), to log before the decision
+
+    @property
+    def size(self) -> int:
+        return int(self.decision.allocate_bytes)
+
+    @property
+    def reason(self) -> str:
+        return self.decision.reason
+
+    @property
+    def line(self) -> str:
+        return self.decision.line
+
+
+def need(facts: WorkspaceFacts) -> WorkspaceNeed:
+    """The planners for these facts and the need over the envelope, with one
+    warning naming every fact that was missing (adapter's and planner choice's)."""
+    from .dispatch import choose_planners, size_choice
+
+    choice = choose_planners(facts.planner_facts)
+    req = size_choice(facts.layout, facts.limits, facts.gpu, facts.flashinfer_version, choice, facts.framework,
+                      facts.kv_dtype_bytes_options)
+    gone = list(dict.fromkeys([*facts.missing, *choice.missing]))
+    warnings = ()
+    if gone:
+        n = facts.names
+        warnings = ((n.missing_key + ",".join(gone),
+                     f"workspace: {n.reader} does not say {', '.join(gone)}; sized for the larger need"),)
+    return WorkspaceNeed(req, warnings)
+
+
+def decide(facts: WorkspaceFacts, *, server_bytes: int, user_bytes: int | None, settings,
+           computed: WorkspaceNeed | None = None) -> WorkspaceOutcome:
+    """The workspace decision for these facts: the need (``computed`` when the
+    adapter already has it; none with workspace off or without a GPU), exact's
+    refusal outside the checked lines, then ``decide_workspace``."""
+    from .decisions import decide_workspace, exact_refusal
+
+    if computed is None and settings.workspace != "off" and facts.gpu is not None and facts.layout is not None:
+        computed = need(facts)
+    req = computed.requirement if computed is not None else None
+    n = facts.names
+    refused = None
+    if settings.workspace == "exact":
+        from .versions import installed_version
+
+        refused = exact_refusal(n.refusal, installed_version(n.package), facts.flashinfer_version)
+    dec = decide_workspace(req, framework=n.decision, server_bytes=int(server_bytes), user_bytes=user_bytes,
+                           user_var=n.native_var, settings=settings, flashinfer_version=facts.flashinfer_version,
+                           exact_refused=refused)
+    return WorkspaceOutcome(dec, req, computed.warnings if computed is not None else ())
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """torch.OutOfMemoryError (torch.cuda.OutOfMemoryError) or an allocator's
+    "out of memory" error, by type name and message (no torch import)."""
+    return any(k.__name__ == "OutOfMemoryError" for k in type(exc).__mro__) or "out of memory" in str(exc).lower()
