@@ -802,16 +802,22 @@ def run(opts):
         out["sglang_server_bytes"] = seen["server_bytes"][-1] if seen["server_bytes"] else None
         if opts.get("topk"):
             out["draft"] = _draft_pass(fb, sa, mc, gpu, rec, kv_dtype, opts, seen)
+        out["safety_net"] = _net_state()  # what the guard installed, before any undo below
         if opts.get("also_without_guard") and out["registered"]:
-            # The same process with the guard's wrapper taken off again (its undo) and
-            # SGLang's per-process buffer forgotten: SGLang's own sizing and calls.
+            # The same process with the guard's wrapper and its safety net taken off again
+            # (their undo) and SGLang's per-process buffer forgotten: SGLang's own sizing and
+            # calls. The net wraps begin_forward / fast_decode_plan since issue 17: left on, it
+            # recovered the very overflow this pass is there to show.
             import sglang_guard.workspace as gws
+            from guard_core import safety_net
 
             out["unpatched"] = bool(gws.unpatch(fb))
+            safety_net.uninstall()
+            out["net_after_undo"] = safety_net.patched_entry_points()
             _forget_process_buffer(fb)
             out["without_guard"] = _one_pass(fb, sa, mc, gpu, rec, kv_dtype,
                                              dict(opts, _prediction=out["prediction"], early=False))
-    out["safety_net"] = _net_state()
+    out.setdefault("safety_net", _net_state())
     out["gpu"] = {"name": gpu.name, "sms": gpu.num_sms, "cc": list(gpu.cc)}
     out["seconds"] = round(time.time() - t0, 1)
     out["timing"]["import"] = round(t_import - t0, 1)

@@ -124,6 +124,7 @@ def test_seed_with_guard_loaded_by_sglangs_route_no_call_overflows():
     r0 = realcalls(env={"FLASHINFER_GUARD": "0"}, model="qwen3vl", phases=["capture"]).result
     assert r["without_guard"]["workspace_bytes"] == r0["workspace_bytes"]
     assert r["without_guard"]["first_error"] == r0["first_error"]
+    assert r["net_after_undo"] == [], "the safety net's undo left entry points wrapped"
 
 
 # ---------------------------------------------------------------- the matrix (every line)
