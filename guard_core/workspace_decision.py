@@ -76,23 +76,12 @@ class WorkspaceNeed:
 
 @dataclass(frozen=True)
 class WorkspaceOutcome:
-    """The one decision an adapter applies."""
+    """The one decision an adapter applies (its size, reason and log line are the
+    decision's own fields: nothing is copied here)."""
 
     decision: Any  # guard_core.decisions.WorkspaceDecision
     requirement: Any = None
     warnings: tuple = ()  # ((once-key, text), ...), to log before the decision
-
-    @property
-    def size(self) -> int:
-        return int(self.decision.allocate_bytes)
-
-    @property
-    def reason(self) -> str:
-        return self.decision.reason
-
-    @property
-    def line(self) -> str:
-        return self.decision.line
 
 
 def need(facts: WorkspaceFacts) -> WorkspaceNeed:
