@@ -57,7 +57,7 @@ def bench_imports(n: int) -> None:
 
 
 def bench_envelope() -> None:
-    from guard_core.frameworks import vllm_capture_grid
+    from guard_core.server_defaults import vllm_capture_grid
     from guard_core.gpus import lookup_gpu
     from guard_core.sizing import AttentionLayout, ServingLimits, compute_requirement
 

@@ -11,7 +11,7 @@ Run with a framework environment's python (it imports vLLM or SGLang):
 guard_core/server_options/<framework>-<version>.json: every option of
 ``vllm serve`` (vLLM's ServeSubcommand parser) or of ``python -m
 sglang.launch_server`` (``ServerArgs.add_cli_args``) with its option strings,
-destination, nargs and action kind, so that ``guard_core.launch`` can rebuild
+destination, nargs and action kind, so that ``guard_core.launch_command`` can rebuild
 the same argparse parser (aliases, abbreviations, lists, flags) where the
 server is not installed. tests/vllm/test_launch_parser.py and
 tests/sglang/test_launch_parser.py check that the committed file equals what the

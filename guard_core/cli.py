@@ -380,7 +380,7 @@ def run_doctor(out=sys.stdout, model: str | None = None, tp: int = 1) -> int:
             continue
         w(f"{d:<18} {v or 'not installed'}\n")
     vers = {d: (v if v is None or is_version(v) else None) for d, v in vers.items()}
-    from .support import describe as describe_support
+    from .releases import describe as describe_support
 
     for line in describe_support({"vllm": vers["vllm"], "sglang": vers["sglang"], "flashinfer": fi}):
         w(f"checked    {line}\n")

@@ -66,8 +66,8 @@ _AUTO = Settings(workspace="auto")
 def exact_refusal(framework: str, framework_version: str | None, flashinfer_version: str | None) -> str | None:
     """Why ``exact`` must act as ``auto`` here (outside the FlashInfer releases the
     planner model was checked against, or the framework lines checked: the
-    declarations in guard_core.support), or None where it may shrink."""
-    from .support import unchecked_reason
+    declarations in guard_core.releases), or None where it may shrink."""
+    from .releases import unchecked_reason
 
     return unchecked_reason(framework, framework_version, flashinfer_version)
 

@@ -83,7 +83,7 @@ def gpu_memory_bytes(gpu, device=None) -> int | None:
     except Exception:
         pass
     try:
-        from .frameworks import gpu_memory
+        from .server_defaults import gpu_memory
         from .gpus import GPU_TABLE, find_spec
 
         spec = find_spec(gpu.name) if gpu is not None else None

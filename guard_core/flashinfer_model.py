@@ -9,7 +9,7 @@ and ``include/flashinfer/utils.cuh`` (``FA2DetermineCtaTileQ``) in the
 that real code and checks this model against it byte for byte.
 
 Release families (first release of each; the data lives in the one release
-table, ``guard_core.support.FLASHINFER_RELEASES``, which also holds the decode
+table, ``guard_core.releases.FLASHINFER_RELEASES``, which also holds the decode
 GQA groups, the ``uniform_q_len`` callers and the MoE fix release):
 
 =============  =============================================================
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable, NamedTuple, Sequence
 
-from . import support
+from . import releases
 
 __all__ = ["Allocation", "FAMILIES", "Features", "Plan", "PlannerError", "cta_tile_q", "decode_group_sizes",
            "decode_plan", "decode_uniform_q_len", "family", "features", "prefill_plan", "run_planner", "sm90_plan"]
@@ -42,9 +42,9 @@ __all__ = ["Allocation", "FAMILIES", "Features", "Plan", "PlannerError", "cta_ti
 U32 = 0xFFFFFFFF
 
 # (first release, family name) in ascending order, from the one release table
-# (guard_core.support.FLASHINFER_RELEASES).
-FAMILIES = support.families()
-family = support.family  # the sizing family of a release: the release table's answer
+# (guard_core.releases.FLASHINFER_RELEASES).
+FAMILIES = releases.families()
+family = releases.family  # the sizing family of a release: the release table's answer
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class Features:
 
 @lru_cache(maxsize=64)
 def features(version: str) -> Features:
-    return Features(**{name: support.has(version, name) for name in Features.__dataclass_fields__})
+    return Features(**{name: releases.has(version, name) for name in Features.__dataclass_fields__})
 
 
 class PlannerError(ValueError):
@@ -318,13 +318,13 @@ def prefill_plan(
 @lru_cache(maxsize=64)
 def decode_group_sizes(version: str) -> frozenset:
     """GQA groups the CUDA-core decode kernels are dispatched for (DISPATCH_GQA_GROUP_SIZE)."""
-    return support.decode_group_sizes(version)
+    return releases.decode_group_sizes(version)
 
 
 def decode_uniform_q_len(caller: str, version: str) -> bool:
     """Whether ``caller``'s tensor-core decode plan passes uniform_q_len=1 and
     fixed_uniform_q_len=True (FlashInfer 0.7.4's own decode wrapper, which SGLang calls)."""
-    return support.decode_passes_uniform_q_len(caller, version)
+    return releases.decode_passes_uniform_q_len(caller, version)
 
 
 def decode_plan(

@@ -1,9 +1,9 @@
 """``flashinfer-guard plan``: the deployment the user runs, resolved and sized, and its report.
 
 Inputs come from the plan options and, after ``--``, the server's own launch
-command (``launch.py``); the model from a config.json path, the local Hugging
+command (``launch_command.py``); the model from a config.json path, the local Hugging
 Face cache (``hf_cache.py``) or the presets; every limit nobody gave from the
-simulated framework line's own rules on the simulated GPU (``frameworks.py``);
+simulated framework line's own rules on the simulated GPU (``server_defaults.py``);
 the planners from ``dispatch.choose_planners`` (when a fact is unknown, every
 candidate is sized and the larger need is kept). The result is a dict (the
 ``--json`` output); ``print_report`` renders it for a reader.
@@ -18,17 +18,17 @@ from dataclasses import replace
 
 from . import flashinfer_model as fm
 from .decisions import moe_verdict
-from .dispatch import (PlannerFacts, choose_planners, dtype_bytes, dtype_kind, fa3_head_dim_gate,
+from .planner_choice import (PlannerFacts, choose_planners, dtype_bytes, dtype_kind, fa3_head_dim_gate,
                        vllm_query_dtypes)
-from .frameworks import (Deployment, derive, framework_label, gpu_memory, is_aarch64_gpu,
+from .server_defaults import (Deployment, derive, framework_label, gpu_memory, is_aarch64_gpu,
                          sglang_tensor_core_decode, short_line, workspace_source, default_workspace,
                          vllm_per_phase_builder)
 from .gpus import find_spec
 from .hf_cache import find_config, looks_like_model_id
-from .launch import LaunchError, attention_backend_note, parse_launch
+from .launch_command import LaunchError, attention_backend_note, parse_launch
 from .presets import DEFAULT_MODEL, ModelError, ModelFacts, find_preset, load_model
 from .settings import Settings
-from .support import NATIVE_VAR
+from .releases import NATIVE_VAR
 from .groups import server_view
 from .sizing import (INT_WORKSPACE_BYTES, AttentionLayout, Planners, ServingLimits, compute_requirement,
                      largest_fitting_capture, longest_fitting_context, round_up_mib)
@@ -598,7 +598,7 @@ def _server_reading(a, fw: str, model_path, tp: int, environ=None):
 
 def _native_buffer(fw, line, architecture, L, server, server_src, tokens, q, dqk):
     """The buffer the server allocates with its own workspace variable set (issue #22)."""
-    from .frameworks import SGLANG_LARGE, sglang_default_workspace, vllm_per_phase_builder
+    from .server_defaults import SGLANG_LARGE, sglang_default_workspace, vllm_per_phase_builder
     user = L.workspace_bytes
     if fw == "vllm":
         if vllm_per_phase_builder(line):

@@ -1,6 +1,6 @@
 """The installed server's own launch-command parser, for ``flashinfer-guard plan -- <command>``.
 
-Only ``guard_core.launch.parse_launch`` imports this module, on the CLI path, and it
+Only ``guard_core.launch_command.parse_launch`` imports this module, on the CLI path, and it
 imports vLLM or SGLang lazily inside the functions below: never on a server's
 start-up path (the plugin runs inside the server, which has parsed its own
 command already).
@@ -129,7 +129,7 @@ def server_read(framework: str, form: str, tokens: list[str]) -> tuple[dict, lis
     Raises ``ServerParserUnavailable`` when it cannot be built, ``LaunchError`` when it refuses
     the command (as the server would)."""
     from .command_limits import MAX_JSON_DEPTH, LaunchError, check_json_text
-    from .frameworks import framework_label
+    from .server_defaults import framework_label
 
     for t in tokens:  # the parsers json.loads option values and nest dotted keys: bound the nesting first
         if t[:1] in "[{" or (t.startswith("-") and "{" in t):

@@ -155,7 +155,7 @@ class Planners:
     (e.g. TRT-LLM-gen prefill). decode: ``fa2`` (tensor-core decode through
     the prefill planner) | ``fa3`` (tensor-core decode on the SM90 backend,
     int buffer only) | ``decode`` (CUDA-core decode planner) | ``trtllm`` /
-    ``none`` (plans nothing in this buffer). ``guard_core.dispatch`` chooses.
+    ``none`` (plans nothing in this buffer). ``guard_core.planner_choice`` chooses.
     """
 
     prefill: str = "fa2"
@@ -228,7 +228,7 @@ def _uniform_for(caller: str, version: str, planners: Planners) -> bool:
         return planners.decode_uniform_q_len
     # FlashInfer 0.7.4's own tensor-core decode plan passes uniform_q_len=1 and
     # fixed_uniform_q_len=True; SGLang calls FlashInfer's function, vLLM its own copy
-    # (the release table in guard_core.support).
+    # (the release table in guard_core.releases).
     return fm.decode_uniform_q_len(caller, version)
 
 
@@ -571,7 +571,7 @@ def compute_requirement(
         notes.append(f"decode plans nothing in this buffer ({planners.decode})")
     if planners.prefill in ("trtllm", "none"):
         notes.append(f"prefill plans nothing in this buffer ({planners.prefill})")
-    from .support import flashinfer_extrapolation
+    from .releases import flashinfer_extrapolation
 
     extrapolated = flashinfer_extrapolation(flashinfer_version)
     if extrapolated:

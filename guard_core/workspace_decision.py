@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .support import NATIVE_VAR
+from .releases import NATIVE_VAR
 
 __all__ = ["FRAMEWORKS", "FrameworkNames", "WorkspaceFacts", "WorkspaceNeed", "WorkspaceOutcome",
            "need", "decide", "is_out_of_memory"]
@@ -87,7 +87,7 @@ class WorkspaceOutcome:
 def need(facts: WorkspaceFacts) -> WorkspaceNeed:
     """The planners for these facts and the need over the envelope, with one
     warning naming every fact that was missing (adapter's and planner choice's)."""
-    from .dispatch import choose_planners, size_choice
+    from .planner_choice import choose_planners, size_choice
 
     choice = choose_planners(facts.planner_facts)
     req = size_choice(facts.layout, facts.limits, facts.gpu, facts.flashinfer_version, choice, facts.framework,

@@ -24,7 +24,7 @@ def reset_log() -> None:
 
 def announce_line() -> None:
     """Say once, when a patch target is first imported, if this SGLang lies outside
-    the checked lines (guard_core.support.CHECKED_LINES)."""
-    from guard_core.support import announce
+    the checked lines (guard_core.releases.CHECKED_LINES)."""
+    from guard_core.releases import announce
 
     announce("sglang", log())

@@ -137,7 +137,7 @@ def _is_trtllm(value) -> bool:
 
 
 def _missing(target: str) -> None:
-    from guard_core.support import line_label
+    from guard_core.releases import line_label
 
     d = decision(gpu=None)
     log().missing_target("moe", target, line_label("sglang"), needed=d.reason if d.block else None)
@@ -147,7 +147,7 @@ def _kept(key: str, text: str, d=None) -> None:
     """The backend stays: a debug line where nothing applies, else the table's line
     (WARNING for a known fault, INFO for open reports or a plain stand-down on aarch64)."""
     from guard_core.decisions import moe_advice
-    from guard_core.support import unaffected_moe_host
+    from guard_core.releases import unaffected_moe_host
 
     d = d if d is not None else decision()
     if d.action == "warn":

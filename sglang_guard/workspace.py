@@ -24,7 +24,7 @@ Any exception in our part: one warning, SGLang's own behaviour.
 
 from __future__ import annotations
 
-from guard_core.support import NATIVE_VAR as _NATIVE_VARS
+from guard_core.releases import NATIVE_VAR as _NATIVE_VARS
 from guard_core.patching import PatchSet
 from guard_core.workspace_decision import is_out_of_memory
 
@@ -60,11 +60,11 @@ def _patch(module) -> None:
 
     cls = getattr(module, "FlashInferAttnBackend", None)
     if cls is None or not hasattr(module, "envs") or not hasattr(module.envs, NATIVE_VAR):
-        from guard_core import support
+        from guard_core import releases
         from guard_core.versions import flashinfer_version
 
         log().missing_target("workspace", f"{module.__name__}.FlashInferAttnBackend (SGLANG_FLASHINFER_WORKSPACE_SIZE)",
-                             support.line_label("sglang"), needed=support.workspace_guard_needed(flashinfer_version()))
+                             releases.line_label("sglang"), needed=releases.workspace_guard_needed(flashinfer_version()))
         return
     _patches.wrap(cls, "__init__", lambda orig: _make_init(module, orig))
     # whatever the model might still miss: an overflowing plan() gets a buffer that fits
@@ -369,7 +369,7 @@ def _fixed_split_limits(limits, runner):
 
 def _read_layout(module, runner, missing):
     """(AttentionLayout, KV dtype, KV widths to size when unknown, tensor-core decode) of this rank."""
-    from guard_core.dispatch import dtype_bytes, dtype_kind
+    from guard_core.planner_choice import dtype_bytes, dtype_kind
     from guard_core.sizing import AttentionLayout
 
     mc = runner.model_config
@@ -477,7 +477,7 @@ class _Sizing:
     @classmethod
     def build(cls, module, runner):
         from guard_core import workspace_decision
-        from guard_core.dispatch import PlannerFacts
+        from guard_core.planner_choice import PlannerFacts
         from guard_core.gpus import detect_gpu
         from guard_core.settings import get_settings
         from guard_core.versions import flashinfer_version

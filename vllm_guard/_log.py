@@ -27,7 +27,7 @@ def reset_log() -> None:
 
 def announce_line() -> None:
     """Say once, when a patch target is first imported (vLLM's logging is set up by
-    then), if this vLLM lies outside the checked lines (guard_core.support)."""
-    from guard_core.support import announce
+    then), if this vLLM lies outside the checked lines (guard_core.releases)."""
+    from guard_core.releases import announce
 
     announce("vllm", get_log())

@@ -204,7 +204,7 @@ def uninstall() -> None:
 
 
 def _not_applicable(target: str, needed: bool = True, op: str | None = None) -> None:
-    from guard_core.support import line_label
+    from guard_core.releases import line_label
 
     d = potential(op)
     get_log().missing_target("moe", target, line_label("vllm"),
@@ -220,7 +220,7 @@ def _announce() -> None:
 
 
 def _patch_utils(module) -> None:
-    from guard_core.support import unaffected_moe_host
+    from guard_core.releases import unaffected_moe_host
 
     d = potential()
     if not callable(getattr(module, TARGET, None)):

@@ -16,7 +16,7 @@ model runner shares the first builder's buffer) is checked the same way.
 from __future__ import annotations
 
 from guard_core.patching import PatchSet, guarded, when_imported
-from guard_core.support import NATIVE_VAR as _NATIVE_VARS
+from guard_core.releases import NATIVE_VAR as _NATIVE_VARS
 from guard_core.workspace_decision import is_out_of_memory
 
 from ._log import get_log
@@ -58,11 +58,11 @@ def _on_backend(module) -> None:
 def _patch_backend(module) -> None:
     cls = getattr(module, BUILDER, None)
     if cls is None or not callable(getattr(cls, "_get_workspace_buffer", None)):
-        from guard_core import support
+        from guard_core import releases
         from guard_core.versions import flashinfer_version
 
         get_log().missing_target("workspace", f"{BACKEND}.{BUILDER}._get_workspace_buffer",
-                                 support.line_label("vllm"), needed=support.workspace_guard_needed(flashinfer_version()))
+                                 releases.line_label("vllm"), needed=releases.workspace_guard_needed(flashinfer_version()))
         return
 
     def make_get(orig):
@@ -223,7 +223,7 @@ def _capture_sizes(builder, vc, draft, max_seqs, missing):
 def facts(builder, gpu):
     """What the core needs about this builder: (AttentionLayout, ServingLimits,
     PlannerFacts, kv dtype bytes options, missing facts)."""
-    from guard_core.dispatch import PlannerFacts, dtype_bytes, dtype_kind
+    from guard_core.planner_choice import PlannerFacts, dtype_bytes, dtype_kind
     from guard_core.sizing import AttentionLayout, ServingLimits
 
     vc = builder.vllm_config
@@ -313,7 +313,7 @@ def _warn(warnings) -> None:
 
 
 def requirement(builder, gpu, fi):
-    """The core's Requirement for this builder (planners from guard_core.dispatch)."""
+    """The core's Requirement for this builder (planners from guard_core.planner_choice)."""
     from guard_core import workspace_decision
 
     computed = workspace_decision.need(workspace_facts(builder, gpu, fi))
@@ -323,7 +323,7 @@ def requirement(builder, gpu, fi):
 
 def describe(builder, gpu):
     """(AttentionLayout, ServingLimits, Planners) of this builder (the dominant candidate)."""
-    from guard_core.dispatch import choose_planners
+    from guard_core.planner_choice import choose_planners
 
     layout, limits, pfacts, _, _ = facts(builder, gpu)
     return layout, limits, choose_planners(pfacts).planners

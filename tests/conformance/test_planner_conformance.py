@@ -26,7 +26,7 @@ import importlib
 
 import pytest
 
-from guard_core import support
+from guard_core import releases
 
 from . import grid, oracle
 
@@ -35,7 +35,7 @@ RELEASES = oracle.selected_releases()
 
 def _old_formula(version: str) -> bool:
     """Before PR #5177 (FlashInfer 0.7.1): split-KV scratch sized by packed rows."""
-    return not support.has(version, "rows_by_query")
+    return not releases.has(version, "rows_by_query")
 
 
 _replies: dict[str, list[dict]] = {}

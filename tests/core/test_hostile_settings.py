@@ -261,7 +261,7 @@ def test_adapters_stay_on_with_every_setting_hostile_but_the_switches():
 
 def test_size_bound_is_the_largest_gpu_memory_class():
     """288 GiB: at least every GPU's memory in the table (B300: 268.6 GiB), and not absurdly more."""
-    from guard_core.frameworks import GPU_MEMORY
+    from guard_core.server_defaults import GPU_MEMORY
     largest = max(b for b, _ in GPU_MEMORY.values())
     assert largest <= S.MAX_SIZE_BYTES < 2 * largest
     assert S.parse_size(str(largest)) == largest

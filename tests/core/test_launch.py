@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from guard_core import cli
-from guard_core.launch import LaunchError, attention_backend_note, parse_launch
+from guard_core.launch_command import LaunchError, attention_backend_note, parse_launch
 
 
 def test_vllm_seed_command():

@@ -19,8 +19,8 @@ import time
 
 import pytest
 
-from guard_core import cli, support
-from guard_core.launch import LaunchError, parse_launch
+from guard_core import cli, releases
+from guard_core.launch_command import LaunchError, parse_launch
 
 SEED = "nvidia/Qwen3.5-397B-A17B-NVFP4 --kv-cache-dtype fp8_e4m3 --max-num-seqs 528"
 SEED_NEED = 538_441_728  # 513.5 MiB: the vLLM seed's need (README, docs/compatibility.md)
@@ -184,7 +184,7 @@ def test_case11_doctor_reports_with_an_unreadable_flashinfer_version(monkeypatch
     ("sglang", "0.5.23", "0.7.0")])
 def test_case12_exact_only_on_checked_lines_and_releases(fw, line, fi):
     """before: None (exact shrinks) between the checked points; after: a reason, so exact acts as auto."""
-    assert support.unchecked_reason(fw, line, fi) is not None
+    assert releases.unchecked_reason(fw, line, fi) is not None
 
 
 def test_case12_exact_still_shrinks_on_every_checked_pair():
@@ -194,7 +194,7 @@ def test_case12_exact_still_shrinks_on_every_checked_pair():
                        "0.5.22": "0.7.1", "0.5.23": "0.7.2"}}  # ci/locks/<line>.txt flashinfer-python pins
     for fw, lines in pins.items():
         for line, fi in lines.items():
-            assert support.unchecked_reason(fw, line, fi) is None, (fw, line, fi)
+            assert releases.unchecked_reason(fw, line, fi) is None, (fw, line, fi)
 
 
 SGLANG_SEED_NEED = 405_270_528  # 386.5 MiB: the SGLang seed's need (README: Qwen3-VL-32B, 384 MiB buffer)
@@ -256,7 +256,7 @@ def test_case4_sglang_native_variable_and_its_architecture_list():
 
 def test_case10_a_docker_image_tag_names_the_line():
     """`docker run vllm/vllm-openai:v0.19.1 ...` starts vLLM 0.19.1 whatever is installed here."""
-    from guard_core.launch import image_line
+    from guard_core.launch_command import image_line
     assert image_line("vllm", "docker run vllm/vllm-openai:v0.19.1: vllm serve") == "0.19.1"
     assert image_line("sglang", "docker run lmsysorg/sglang:v0.5.5-cu126: python -m sglang.launch_server") == "0.5.5"
     assert image_line("vllm", "docker run vllm/vllm-openai:latest: vllm serve") is None

@@ -86,7 +86,7 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_graph_sees_lazy_imports():
     """The parser counts imports inside functions (the circle this test guards against was lazy)."""
     graph = import_graph()
-    assert "guard_core.versions" in graph["guard_core.support"]
+    assert "guard_core.versions" in graph["guard_core.releases"]
     assert "guard_core.flashinfer_model" in graph["guard_core.sizing"]
 
 
@@ -96,7 +96,7 @@ def test_no_import_cycle_in_guard_core():
 
 
 # The ground floor: the release table and the plain facts every other module reads.
-GROUND = {"units", "versions", "support", "moe_evidence", "gpus", "command_limits"}
+GROUND = {"units", "versions", "releases", "moe_evidence", "gpus", "command_limits"}
 
 
 def test_ground_floor_imports_only_ground_floor():

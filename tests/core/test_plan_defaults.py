@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from guard_core import cli
-from guard_core.frameworks import Deployment, derive, pinned_flashinfer
+from guard_core.server_defaults import Deployment, derive, pinned_flashinfer
 from guard_core.gpus import find_spec
 
 VLLM_SEED = ("python3 -m vllm.entrypoints.openai.api_server --model nvidia/Qwen3.5-397B-A17B-NVFP4 "

@@ -743,7 +743,7 @@ def _understate():
     FlashInfer's real planner overflows inside SGLang's own begin_forward."""
     import dataclasses
 
-    import guard_core.dispatch as d
+    import guard_core.planner_choice as d
 
     real = d.size_choice
 

@@ -397,7 +397,7 @@ def prediction(builder, module) -> dict:
         gpu = gpus.detect_gpu(getattr(builder, "device", None))
         described = ws.describe(builder, gpu)
         layout, limits = described[0], described[1]
-        if hasattr(ws, "requirement"):  # the adapter's own path: planners chosen by guard_core.dispatch
+        if hasattr(ws, "requirement"):  # the adapter's own path: planners chosen by guard_core.planner_choice
             req = ws.requirement(builder, gpu, flashinfer_version())
         else:
             from guard_core.sizing import compute_requirement
@@ -658,7 +658,7 @@ def run_case(case: Case, rec, module, args) -> dict:
 def _understate() -> None:
     """A deliberately wrong model: every requirement the vLLM adapter gets is short by the
     dominant plan's largest allocation (the safety net must recover from the real overflow)."""
-    import guard_core.dispatch as d
+    import guard_core.planner_choice as d
 
     real = d.size_choice
 

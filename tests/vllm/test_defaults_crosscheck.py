@@ -8,7 +8,7 @@ reporting the simulated GPU (name, total memory, compute capability) and static
 CUDA graphs allowed (nothing else is faked), and reports what vLLM chose: max
 seqs, max batched tokens, the CUDA-graph capture sizes and ceiling, the
 FlashInfer workspace it would allocate and the decode-graph limit of its
-FlashInfer builder. The same inputs go through ``guard_core.frameworks.derive``
+FlashInfer builder. The same inputs go through ``guard_core.server_defaults.derive``
 (the table ``plan`` uses) and must give the same numbers, so the table cannot
 drift from the code silently. One case also runs the whole ``plan -- vllm
 serve DIR ...`` path.
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from guard_core.frameworks import GPU_MEMORY, Deployment, default_workspace, derive
+from guard_core.server_defaults import GPU_MEMORY, Deployment, default_workspace, derive
 from guard_core.gpus import find_spec
 
 HERE = Path(__file__).resolve().parent

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from guard_core.launch import LaunchError, load_table, parse_launch, table_versions
+from guard_core.launch_command import LaunchError, load_table, parse_launch, table_versions
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

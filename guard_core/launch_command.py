@@ -41,8 +41,8 @@ import re
 from dataclasses import dataclass, field
 
 from .command_limits import MAX_JSON_DEPTH, LaunchError, check_json_text
-from .frameworks import framework_label
-from .support import NATIVE_VAR
+from .server_defaults import framework_label
+from .releases import NATIVE_VAR
 
 __all__ = ["Launch", "LaunchError", "attention_backend_note", "image_line", "load_table", "parse_launch",
            "table_versions"]
@@ -1103,7 +1103,7 @@ def parse_launch(argv: list[str], *, line: str | None = None, environ=None, read
     framework, form, tokens, env = split_command(list(argv))
     if environ is None:
         environ = os.environ
-    from .frameworks import installed_line
+    from .server_defaults import installed_line
     image = image_line(framework, form)
     installed = installed_line(framework)
     target = line or image or installed
@@ -1124,7 +1124,7 @@ def parse_launch(argv: list[str], *, line: str | None = None, environ=None, read
             return out
     else:
         fallback = ""
-    from .frameworks import DEFAULT_LINE
+    from .server_defaults import DEFAULT_LINE
     table = load_table(framework, target or DEFAULT_LINE[framework])
     ns, seen = builtin_read(framework, form, tokens, table)
     out = resolve(framework, form, ns, seen, env, environ,

@@ -1,4 +1,4 @@
-"""Declared ranges and the one FlashInfer release table (guard_core.support)."""
+"""Declared ranges and the one FlashInfer release table (guard_core.releases)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from guard_core import flashinfer_model as fm
-from guard_core import support
+from guard_core import releases
 from guard_core.logs import GuardLog
 
 
@@ -23,26 +23,26 @@ from guard_core.logs import GuardLog
     ("sglang", "0.5.24", "newer"), ("sglang", "0.6.0", "newer"), ("sglang", "0.5.4", "older"),
 ])
 def test_line_status(fw, version, status):
-    assert support.line_status(fw, version) == status
+    assert releases.line_status(fw, version) == status
 
 
 def test_line_notes():
-    assert support.line_note("vllm", "0.34.0") == \
+    assert releases.line_note("vllm", "0.34.0") == \
         "vLLM 0.34.0 is newer than the last line checked (0.33.0); acting by feature"
-    assert support.line_note("sglang", "0.5.24") == \
+    assert releases.line_note("sglang", "0.5.24") == \
         "SGLang 0.5.24 is newer than the last line checked (0.5.23); acting by feature"
-    assert support.line_note("vllm", "0.18.0") == \
+    assert releases.line_note("vllm", "0.18.0") == \
         "vLLM 0.18.0 is older than the first line checked (0.19.1); acting by feature"
-    assert support.line_note("vllm", "0.26.3") is None and support.line_note("sglang", "0.5.22") is None
-    assert support.line_note("vllm", None) is None
+    assert releases.line_note("vllm", "0.26.3") is None and releases.line_note("sglang", "0.5.22") is None
+    assert releases.line_note("vllm", None) is None
 
 
 def test_announce_says_it_once(caplog):
     log = GuardLog(logging.getLogger("fg.support"))
     with caplog.at_level(logging.INFO, logger="fg.support"):
-        assert support.announce("vllm", log, "0.35.1").startswith("vLLM 0.35.1 is newer")
-        support.announce("vllm", log, "0.35.1")
-        assert support.announce("sglang", log, "0.5.23") is None
+        assert releases.announce("vllm", log, "0.35.1").startswith("vLLM 0.35.1 is newer")
+        releases.announce("vllm", log, "0.35.1")
+        assert releases.announce("sglang", log, "0.5.23") is None
     msgs = [r.getMessage() for r in caplog.records]
     assert msgs == ["[flashinfer-guard] support: vLLM 0.35.1 is newer than the last line checked (0.33.0); "
                     "acting by feature"]
@@ -53,12 +53,12 @@ def test_announce_never_raises():
         def info(self, *a, **k):
             raise RuntimeError("handler")
 
-    assert support.announce("vllm", Broken(), "9.9") is None
+    assert releases.announce("vllm", Broken(), "9.9") is None
 
 
 def test_line_label():
-    assert support.line_label("vllm", "0.23.0") == "vLLM 0.23.0"
-    assert support.line_label("sglang", "0.5.5") == "SGLang 0.5.5"
+    assert releases.line_label("vllm", "0.23.0") == "vLLM 0.23.0"
+    assert releases.line_label("sglang", "0.5.5") == "SGLang 0.5.5"
 
 
 # --- the FlashInfer release table ----------------------------------------------------
@@ -77,7 +77,7 @@ def test_families_are_the_documented_ones():
 def test_checked_releases_are_the_conformance_releases():
     from tests.conformance import oracle
 
-    assert support.FLASHINFER_CHECKED == tuple(oracle.RELEASES)
+    assert releases.FLASHINFER_CHECKED == tuple(oracle.RELEASES)
 
 
 def test_every_locked_flashinfer_is_checked():
@@ -90,10 +90,10 @@ def test_every_locked_flashinfer_is_checked():
     pins = {m.group(1) for f in locks.glob("*.txt")
             for m in re.finditer(r"^flashinfer-python==(\S+)", f.read_text(), re.M)}
     assert len(pins) >= 10
-    checked = set(support.FLASHINFER_CHECKED) | set(support.FLASHINFER_MATRIX_CHECKED)
+    checked = set(releases.FLASHINFER_CHECKED) | set(releases.FLASHINFER_MATRIX_CHECKED)
     assert pins <= checked, sorted(pins - checked)
-    assert not set(support.FLASHINFER_MATRIX_CHECKED) & set(support.FLASHINFER_CHECKED)
-    assert set(support.FLASHINFER_MATRIX_CHECKED) <= pins  # no stale entry
+    assert not set(releases.FLASHINFER_MATRIX_CHECKED) & set(releases.FLASHINFER_CHECKED)
+    assert set(releases.FLASHINFER_MATRIX_CHECKED) <= pins  # no stale entry
 
 
 def test_conformance_release_override(monkeypatch):
@@ -112,7 +112,7 @@ def test_conformance_release_override(monkeypatch):
 def test_moe_default_comes_from_the_table():
     from guard_core import settings
 
-    assert support.MOE_FIXED_IN == "0.6.16" == settings.DEFAULT_MOE_FIXED_IN
+    assert releases.MOE_FIXED_IN == "0.6.16" == settings.DEFAULT_MOE_FIXED_IN
 
 
 @pytest.mark.parametrize("version, groups", [
@@ -131,7 +131,7 @@ def test_uniform_q_len_callers():
 
 def test_every_feature_flag_is_a_table_row():
     features = set(fm.Features.__dataclass_fields__)
-    rows = {name for _f, name, _fam, _v, _w in support.FLASHINFER_RELEASES}
+    rows = {name for _f, name, _fam, _v, _w in releases.FLASHINFER_RELEASES}
     assert features <= rows
 
 
@@ -159,7 +159,7 @@ def test_features_per_checked_release(version, feats):
     (None, None), ("garbage", None),
 ])
 def test_flashinfer_extrapolation(version, note):
-    assert support.flashinfer_extrapolation(version) == note
+    assert releases.flashinfer_extrapolation(version) == note
 
 
 def test_newer_flashinfer_is_sized_with_the_newest_family():
@@ -197,13 +197,13 @@ def test_doctor_prints_the_declared_ranges(monkeypatch):
     ("other", "1.0", "0.7.4", False),
 ])
 def test_unchecked_reason(fw, v, fi, ok):
-    reason = support.unchecked_reason(fw, v, fi)
+    reason = releases.unchecked_reason(fw, v, fi)
     assert (reason is None) == ok, reason
 
 
 def test_workspace_guard_needed_follows_the_release_table():
-    from guard_core import support
+    from guard_core import releases
 
-    assert "0.6.12 < 0.7.1" in support.workspace_guard_needed("0.6.12")
-    assert support.workspace_guard_needed("0.7.1") is None and support.workspace_guard_needed("0.7.2.post1") is None
-    assert support.workspace_guard_needed(None) is None and support.workspace_guard_needed("garbage") is None
+    assert "0.6.12 < 0.7.1" in releases.workspace_guard_needed("0.6.12")
+    assert releases.workspace_guard_needed("0.7.1") is None and releases.workspace_guard_needed("0.7.2.post1") is None
+    assert releases.workspace_guard_needed(None) is None and releases.workspace_guard_needed("garbage") is None

@@ -292,10 +292,10 @@ def fa3_head_dim_gate(choice: PlannerChoice, layout, flashinfer_version: str | N
     pair, and every wrapper passes its head dims (prefill.py 0.7.2:1509,2977,4769;
     decode.py 0.6.16:1646). Releases before 0.6.15 have no gate (0.6.14's utils.py has no
     ``is_fa3_prefill_head_dim_supported``)."""
-    from . import support
+    from . import releases
 
     try:
-        gated = flashinfer_version is not None and support.has(flashinfer_version, "fa3_head_dim_gate")
+        gated = flashinfer_version is not None and releases.has(flashinfer_version, "fa3_head_dim_gate")
     except Exception:
         gated = True
     if not gated or fa3_supports_head_dims(layout.head_dim_qk, layout.head_dim_vo):

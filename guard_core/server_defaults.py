@@ -59,7 +59,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .support import CHECKED_LINES  # the lines whose wheels the rules here were read from
+from .releases import CHECKED_LINES  # the lines whose wheels the rules here were read from
 from .units import GIB, MIB
 from .versions import is_version, parse_version
 
