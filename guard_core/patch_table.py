@@ -1,13 +1,30 @@
-"""One patch table per adapter: rows applied by one helper.
+"""One patch table per adapter: rows applied and undone by one mechanism.
 
-Each row names the module whose import fires it, the post-import hook key, the
-words that name the guard in the one warning if our code fails, and the
-``apply(module)`` that finds its target by feature and wraps it through the
-adapter's ``PatchSet`` (so ``PatchSet.undo`` undoes every row). An optional
-``before`` runs first (e.g. saying once that the line is outside the checked
-ones). Each call is ``guarded``: an exception is one warning and the server
-goes on with its own behaviour. In the spirit of OpenTelemetry's
-``BaseInstrumentor`` (a declared table, applied and undone by one mechanism).
+A row names the module whose import fires it, the post-import hook key, the
+words that name the guard in the one warning if our code fails, and what it
+patches:
+
+- ``wraps``: ``Wrap`` entries, each a *dotted target* inside the module
+  (``"FlashInferMetadataBuilder._get_workspace_buffer"``, ``"run_resolution_pipeline"``),
+  resolved as wrapt's ``resolve_path`` does (each step by ``getattr``; the last
+  attribute of a class found along its MRO and wrapped on the named class), an
+  optional *feature check* (does this release have what the wrapper relies on),
+  and the wrapper factory ``make(orig, module)``;
+- ``apply(module)``: what a wrapper alone cannot say (rebinding a function that
+  other modules imported by name, a list entry), run after the wraps.
+
+A row is all or nothing: when a required target is missing or its feature check
+fails, nothing of the row is applied and ``missing(target)`` says so once (the
+adapter's ``GuardLog.missing_target``: a warning where the line needs the guard,
+a debug line where it does not). Every wrap goes through the table's
+``PatchSet``, so ``PatchTable.undo()`` (the adapter's ``uninstall()``) undoes
+every row, newest first. An optional ``before`` runs first (e.g. saying once
+that the line is outside the checked ones). Each call is ``guarded``: an
+exception is one warning and the server goes on with its own behaviour.
+
+In the spirit of OpenTelemetry's ``BaseInstrumentor`` (a declared table, applied
+and undone by one mechanism) and wrapt's ``resolve_path``/``apply_patch`` (a
+patch target named as a dotted path).
 """
 
 from __future__ import annotations
@@ -15,9 +32,43 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .patching import guarded, when_imported
+from .patching import PatchSet, guarded, when_imported
 
-__all__ = ["PatchRow", "PatchTable"]
+__all__ = ["PatchRow", "PatchTable", "Wrap", "resolve_path"]
+
+
+def resolve_path(module, path: str) -> tuple[object, str] | None:
+    """``"A.B.name"`` inside ``module`` -> ``(module.A.B, "name")``, or None where a
+    step or the attribute itself is missing. The attribute of a class may come
+    from a base (``getattr`` follows the MRO); ``PatchSet.wrap`` then wraps it on
+    the named class only."""
+    parts = path.split(".")
+    if not path or not all(parts):
+        return None
+    owner = module
+    for step in parts[:-1]:
+        owner = getattr(owner, step, None)
+        if owner is None:
+            return None
+    if getattr(owner, parts[-1], None) is None:
+        return None
+    return owner, parts[-1]
+
+
+@dataclass(frozen=True)
+class Wrap:
+    target: str  # dotted path inside the row's module: "Class.method" or "function"
+    make: Callable[[Callable, Any], Callable]  # make(original, module) -> the wrapper
+    feature: Callable[[Any, Any], bool] | None = None  # feature(owner, module): the release has what make relies on
+    required: bool = True  # False: absent on some releases, skipped silently there
+
+    def resolve(self, module) -> tuple[object, str] | None:
+        found = resolve_path(module, self.target)
+        if found is None:
+            return None
+        if self.feature is not None and not self.feature(found[0], module):
+            return None
+        return found
 
 
 @dataclass(frozen=True)
@@ -25,21 +76,25 @@ class PatchRow:
     module: str  # the module whose import fires the row
     key: str  # its post-import hook key (starts with the adapter's prefix)
     what: str  # names the guard in the warning after an internal error
-    apply: Callable[[Any], None]  # apply(module): find the target by feature, wrap it
+    apply: Callable[[Any], None] | None = None  # apply(module), after the wraps
     error_key: str = "moe"  # once-key of that warning
     before: Callable[[], None] | None = None
     before_what: str | None = None  # ``what`` for ``before`` (default: ``what``)
+    wraps: tuple[Wrap, ...] = ()
+    missing: Callable[[str], None] | None = None  # missing(dotted target): said once
 
 
 class PatchTable:
-    """An adapter's rows and the logger they report through (a factory: the log is
-    reset on uninstall)."""
+    """An adapter's rows, the ``PatchSet`` they wrap through, and the logger they
+    report through (a factory: the log is reset on uninstall)."""
 
-    def __init__(self, log: Callable[[], Any]):
+    def __init__(self, log: Callable[[], Any], patches: PatchSet | None = None):
         self._log = log
+        self.patches = patches if patches is not None else PatchSet()
         self.rows: list[PatchRow] = []
 
-    def row(self, module: str, key: str, what: str, apply: Callable[[Any], None], **extra) -> Callable[[Any], None]:
+    def row(self, module: str, key: str, what: str, apply: Callable[[Any], None] | None = None,
+            **extra) -> Callable[[Any], None]:
         """Declare a row; returns its hook (``hook(module)`` applies it now)."""
         r = PatchRow(module, key, what, apply, **extra)
         self.rows.append(r)
@@ -49,12 +104,36 @@ class PatchTable:
         log = self._log()
         if r.before is not None:
             guarded(log, r.error_key, r.before_what or r.what, r.before)
-        guarded(log, r.error_key, r.what, r.apply, module)
+        guarded(log, r.error_key, r.what, self._apply, r, module)
+
+    def _apply(self, r: PatchRow, module) -> None:
+        found = []
+        for w in r.wraps:
+            place = w.resolve(module)
+            if place is None:
+                if w.required:
+                    if r.missing is not None:
+                        r.missing(f"{getattr(module, '__name__', r.module)}.{w.target}")
+                    return
+                continue
+            found.append((w, place))
+        for w, (owner, name) in found:
+            self.patches.wrap(owner, name, lambda orig, w=w: w.make(orig, module))
+        if r.apply is not None:
+            r.apply(module)
+
+    def targets(self) -> list[str]:
+        """Every declared dotted target, ``module.path`` (what the adapter may patch)."""
+        return [f"{r.module}.{w.target}" for r in self.rows for w in r.wraps]
 
     def install(self) -> None:
         """A post-import hook per row (idempotent by key; run now for an imported module)."""
         for r in self.rows:
             when_imported(r.module, _Hook(self, r), key=r.key)
+
+    def undo(self) -> int:
+        """Undo every row's patches, newest first (the adapter's uninstall)."""
+        return self.patches.undo()
 
 
 class _Hook:

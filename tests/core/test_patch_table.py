@@ -1,0 +1,131 @@
+"""guard_core.patch_table: dotted targets resolved through the class hierarchy,
+feature checks, all-or-nothing rows, one undo; on generated class hierarchies."""
+
+import types
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from guard_core.patch_table import PatchTable, Wrap, resolve_path
+from guard_core.patching import is_wrapped
+
+
+class _Log:
+    def __init__(self):
+        self.warnings = []
+
+    def warning_once(self, key, msg):
+        self.warnings.append((key, msg))
+
+
+def _module():
+    class Base:
+        def size(self):
+            return 394
+
+        def other(self):
+            return "base"
+
+    class Builder(Base):
+        class Inner:
+            @staticmethod
+            def kind():
+                return "inner"
+
+    class Sibling(Base):
+        pass
+
+    def plan(x):
+        return x + 1
+
+    return types.SimpleNamespace(__name__="fg_mod", Base=Base, Builder=Builder, Sibling=Sibling, plan=plan)
+
+
+def _plus(n):
+    def make(orig, module):
+        def wrapper(*a, **k):
+            return orig(*a, **k) + n
+        return wrapper
+    return make
+
+
+def test_resolve_path_follows_dots_and_the_mro():
+    m = _module()
+    assert resolve_path(m, "Builder.size") == (m.Builder, "size")  # inherited from Base
+    assert resolve_path(m, "Builder.Inner.kind") == (m.Builder.Inner, "kind")
+    assert resolve_path(m, "plan") == (m, "plan")
+    for bad in ("", ".", "Builder.", "Missing.size", "Builder.missing", "Builder..size"):
+        assert resolve_path(m, bad) is None, bad
+
+
+def test_inherited_method_is_wrapped_on_the_named_class_only_and_undone():
+    m = _module()
+    table = PatchTable(_Log)
+    hook = table.row("fg_mod", "t.k", "test guard", wraps=(Wrap("Builder.size", _plus(1)),))
+    hook(m)
+    assert m.Builder().size() == 395
+    assert m.Sibling().size() == 394 and m.Base().size() == 394
+    assert table.undo() == 1
+    assert "size" not in m.Builder.__dict__ and m.Builder().size() == 394
+
+
+def test_a_failed_feature_check_applies_nothing_of_the_row_and_says_the_target():
+    m = _module()
+    said = []
+    table = PatchTable(_Log)
+    hook = table.row("fg_mod", "t.k", "test guard", apply=lambda mod: said.append("apply"),
+                     wraps=(Wrap("plan", _plus(10)),
+                            Wrap("Builder.size", _plus(1), feature=lambda owner, mod: hasattr(owner, "set_workspace"))),
+                     missing=said.append)
+    hook(m)
+    assert said == ["fg_mod.Builder.size"]  # the missing target named; apply not run
+    assert m.plan(1) == 2 and not is_wrapped(m.plan)  # the first wrap was not applied either
+    assert len(table.patches) == 0
+
+
+def test_an_optional_target_absent_on_a_release_is_skipped():
+    m = _module()
+    table = PatchTable(_Log)
+    table.row("fg_mod", "t.k", "g", wraps=(Wrap("plan", _plus(10)), Wrap("Builder.fast_plan", _plus(1), required=False)),
+              missing=lambda t: (_ for _ in ()).throw(AssertionError(t)))(m)
+    assert m.plan(1) == 12
+
+
+def test_an_exception_in_a_wrapper_factory_is_one_warning_and_the_server_goes_on():
+    m = _module()
+    log = _Log()
+    table = PatchTable(lambda: log)
+
+    def boom(orig, module):
+        raise RuntimeError("ours")
+
+    hook = table.row("fg_mod", "t.k", "test guard", wraps=(Wrap("plan", boom),))
+    hook(m)
+    hook(m)
+    assert m.plan(1) == 2
+    assert len(log.warnings) == 2 and "test guard skipped after an internal error (RuntimeError: ours)" in log.warnings[0][1]
+    assert table.targets() == ["fg_mod.plan"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["plan", "Builder.size", "Builder.other", "Sibling.size", "Builder.Inner.kind",
+                                 "Nope.size", "Builder.nope"]), min_size=1, max_size=6),
+       st.lists(st.booleans(), min_size=6, max_size=6))
+def test_generated_rows_are_all_or_nothing_and_undo_restores_every_callable(paths, required):
+    m = _module()
+    before = {p: resolve_path(m, p) and getattr(*resolve_path(m, p)) for p in paths}
+    missing = []
+    table = PatchTable(_Log)
+    wraps = tuple(Wrap(p, _plus(1), required=required[i]) for i, p in enumerate(paths))
+    table.row("fg_mod", "t.k", "g", wraps=wraps, missing=missing.append)(m)
+    absent_required = [w.target for w in wraps if w.required and resolve_path(m, w.target) is None]
+    if absent_required:
+        assert missing == ["fg_mod." + absent_required[0]] and len(table.patches) == 0
+    else:
+        assert missing == []
+        assert len(table.patches) == len({p for p in paths if resolve_path(m, p)})
+    table.undo()
+    for p, orig in before.items():
+        if orig is not None:
+            owner, name = resolve_path(m, p)
+            assert getattr(owner, name) == orig, p
