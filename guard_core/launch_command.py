@@ -906,14 +906,22 @@ def resolve(framework: str, form: str, ns: dict, seen: list, env: dict, environ,
     return out
 
 
-def _resolve_vllm(out: Launch, ns: dict) -> set:
-    read = set()
+class _Presence:
+    """``has(dest)``: the parsed option is set; every option asked about and set is in ``read``."""
 
-    def has(dest):
-        v = ns.get(dest)
-        if v is not None:
-            read.add(dest)
-        return v is not None
+    def __init__(self, ns: dict):
+        self.ns, self.read = ns, set()
+
+    def __call__(self, dest: str) -> bool:
+        if self.ns.get(dest) is None:
+            return False
+        self.read.add(dest)
+        return True
+
+
+def _resolve_vllm(out: Launch, ns: dict) -> set:
+    has = _Presence(ns)
+    read = has.read
 
     model = ns.get("model_tag") or ns.get("model")
     if model is not None:
@@ -1013,13 +1021,8 @@ def _vllm_graph_options(out: Launch, ns: dict, has, read: set) -> None:
 
 
 def _resolve_sglang(out: Launch, ns: dict) -> set:
-    read = set()
-
-    def has(dest):
-        v = ns.get(dest)
-        if v is not None:
-            read.add(dest)
-        return v is not None
+    has = _Presence(ns)
+    read = has.read
 
     if has("model_path"):
         out.model = _str("--model-path", ns["model_path"])

@@ -272,14 +272,7 @@ def vllm_defaults(d: Deployment, line: str, line_source: str) -> Defaults:
         v["max_num_seqs"] = seqs
     seqs = v["max_num_seqs"].value
     tokens_n = tokens.value
-    v["draft_tokens"] = Derived(k, given if d.draft_tokens is not None else "no speculative decoding",
-                                d.draft_tokens is not None)
-    if d.max_model_len:
-        v["max_model_len"] = Derived(d.max_model_len, given, True)
-    elif d.model_max_len:
-        v["max_model_len"] = Derived(d.model_max_len, "the model's config.json (max_position_embeddings)")
-    v["page_size"] = Derived(d.page_size or 16, given if d.page_size else f"{label} default block size",
-                             bool(d.page_size))
+    _draft_context_page(v, d, k, given, 16, f"{label} default block size")
     if d.eager:
         v["capture_sizes"] = Derived((), f"eager mode ({given}): no CUDA graphs", True)
         out.decode_graph_sizes = ()
@@ -481,14 +474,7 @@ def sglang_defaults(d: Deployment, line: str, line_source: str) -> Defaults:
         v["max_num_seqs"] = Derived(4096, f"{label} sizes max running requests from the KV pool at start-up; "
                                           "assumed unbounded (4096) for the eager shapes")
     k = d.draft_tokens or 0
-    v["draft_tokens"] = Derived(k, given if d.draft_tokens is not None else "no speculative decoding",
-                                d.draft_tokens is not None)
-    if d.max_model_len:
-        v["max_model_len"] = Derived(d.max_model_len, given, True)
-    elif d.model_max_len:
-        v["max_model_len"] = Derived(d.model_max_len, "the model's config.json (max_position_embeddings)")
-    v["page_size"] = Derived(d.page_size or 1, given if d.page_size else f"{label} default page size",
-                             bool(d.page_size))
+    _draft_context_page(v, d, k, given, 1, f"{label} default page size")
     if d.eager:
         v["capture_sizes"] = Derived((), f"CUDA graphs disabled ({given})", True)
     elif d.capture_sizes:
@@ -586,3 +572,15 @@ def workspace_source(framework: str, version: str | None, *, architecture: str |
     if framework == "sglang":
         return sglang_workspace_source(version, architecture)
     return vllm_workspace_source(version, max_num_batched_tokens, q_heads, head_dim)
+
+
+def _draft_context_page(v, d, k: int, given: str, page: int, page_words: str) -> None:
+    """The fields both servers take alike: draft tokens, context length, page size
+    (``page`` and ``page_words``: the server's default page and what it calls it)."""
+    v["draft_tokens"] = Derived(k, given if d.draft_tokens is not None else "no speculative decoding",
+                                d.draft_tokens is not None)
+    if d.max_model_len:
+        v["max_model_len"] = Derived(d.max_model_len, given, True)
+    elif d.model_max_len:
+        v["max_model_len"] = Derived(d.model_max_len, "the model's config.json (max_position_embeddings)")
+    v["page_size"] = Derived(d.page_size or page, given if d.page_size else page_words, bool(d.page_size))

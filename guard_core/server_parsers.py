@@ -149,10 +149,7 @@ def server_read(framework: str, form: str, tokens: list[str]) -> tuple[dict, lis
             argv = ["serve"] + list(tokens)
             try:
                 ns = top.parse_args(argv)
-            except _Refused as exc:
-                raise LaunchError(f"{framework_label(framework)}'s own parser refuses the launch command: "
-                                  f"{str(exc)[:300]}") from None
-            except (ValueError, AssertionError, OSError) as exc:
+            except (_Refused, ValueError, AssertionError, OSError) as exc:
                 raise LaunchError(f"{framework_label(framework)}'s own parser refuses the launch command: "
                                   f"{str(exc)[:300]}") from None
             except RecursionError:
@@ -163,10 +160,7 @@ def server_read(framework: str, form: str, tokens: list[str]) -> tuple[dict, lis
             try:
                 argv = _sglang_merge_config(p, list(tokens))
                 ns = p.parse_args(argv)
-            except _Refused as exc:
-                raise LaunchError(f"{framework_label(framework)}'s own parser refuses the launch command: "
-                                  f"{str(exc)[:300]}") from None
-            except (ValueError, AssertionError, OSError) as exc:
+            except (_Refused, ValueError, AssertionError, OSError) as exc:
                 raise LaunchError(f"{framework_label(framework)}'s own parser refuses the launch command: "
                                   f"{str(exc)[:300]}") from None
     seen = list(seen)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from guard_core.launch_command import LaunchError, load_table, parse_launch, table_versions
+from tests.common import server_reading as common
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -32,21 +32,11 @@ def _key(v):
 
 
 def both(cmd: list[str]):
-    out = []
-    for reader in ("server", "builtin"):
-        try:
-            out.append(parse_launch(list(cmd), line=SGLANG, reader=reader, environ={}))
-        except LaunchError as exc:
-            out.append(f"refused: {exc}")
-    return out
+    return common.both(cmd, SGLANG)
 
 
 def real(cmd: str):
-    s, b = both(cmd.split())
-    assert not isinstance(s, str), s
-    assert not isinstance(b, str), b
-    assert s.deployment() == b.deployment(), (s.deployment(), b.deployment())
-    return s
+    return common.real(cmd, SGLANG)
 
 
 def _server_options() -> set[str]:
@@ -55,19 +45,7 @@ def _server_options() -> set[str]:
 
 
 def test_committed_option_table_is_the_installed_parsers():
-    if SGLANG not in table_versions("sglang"):
-        pytest.fail(f"no committed option table for SGLang {SGLANG}: run ci/dump_server_options.py sglang in this env")
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("dump_server_options", REPO / "ci" / "dump_server_options.py")
-    dump = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(dump)
-    live = json.loads(json.dumps(dump.table(dump.sglang_parser())))
-    committed = load_table("sglang", SGLANG)
-    assert committed["version"] == SGLANG
-
-    def key(a):
-        return json.dumps(a, sort_keys=True)
-    assert sorted(map(key, live["actions"])) == sorted(map(key, committed["actions"]))
+    common.assert_option_table_is_the_installed_parsers("sglang", SGLANG)
 
 
 def test_case3_dp_attention_divides_attention_tp_and_chunk():

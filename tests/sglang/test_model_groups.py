@@ -13,16 +13,12 @@ One test (this suite runs under xdist: one reader run, not one per worker).
 
 import json
 import os
-import shutil
-import subprocess
-import sys
 from importlib import metadata
+
+from tests.common.server_reading import CORPUS, TPS, corpus, corpus_readings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-CORPUS = os.path.join(REPO, "tests", "data", "model_configs")
-MARK = "FLASHINFER_GUARD_GROUPS "
-TPS = (1, 8)
 SGLANG = metadata.version("sglang")
 
 
@@ -34,30 +30,8 @@ NAMED = ("gemma-4-26B-A4B", "MiMo-V2-Flash", "chatglm3-6b", "llava-1.5-7b-hf", "
          "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "Llama-4-Scout-17B-16E-Instruct")
 
 
-def corpus() -> list[str]:
-    return sorted(f[:-5] for f in os.listdir(CORPUS) if f.endswith(".json") and f != "sources.json")
-
-
 def readings(root) -> dict:
-    dirs = []
-    for name in corpus():
-        d = os.path.join(root, name)
-        os.makedirs(d)
-        shutil.copy(os.path.join(CORPUS, name + ".json"), os.path.join(d, "config.json"))
-        dirs.append(d)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    cmd = [sys.executable, "-m", "sglang_guard.model_reader", *dirs]
-    for tp in TPS:
-        cmd += ["--tp", str(tp)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env, cwd=REPO)
-    out = {}
-    for line in p.stdout.splitlines():
-        if line.startswith(MARK):
-            r = json.loads(line[len(MARK):])
-            out[os.path.basename(r["path"])] = r
-    assert len(out) == len(dirs), p.stderr[-2000:]
-    return out
+    return corpus_readings("sglang_guard.model_reader", root)
 
 
 def keys(groups):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from guard_core.launch_command import LaunchError, load_table, parse_launch, table_versions
+from tests.common import server_reading as common
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -31,40 +31,18 @@ ENV = {"HF_HUB_OFFLINE": "1"}
 
 def both(cmd: list[str], tmp_env=None):
     """(server reader, built-in reader) results: a Launch, or the LaunchError text."""
-    out = []
-    for reader in ("server", "builtin"):
-        try:
-            out.append(parse_launch(list(cmd), line=VLLM, reader=reader, environ=tmp_env or {}))
-        except LaunchError as exc:
-            out.append(f"refused: {exc}")
-    return out
+    return common.both(cmd, VLLM, tmp_env)
 
 
 def test_committed_option_table_is_the_installed_parsers():
     """guard_core/server_options/vllm-<installed>.json == what ci/dump_server_options.py reads now."""
-    if VLLM not in table_versions("vllm"):
-        pytest.fail(f"no committed option table for vLLM {VLLM}: run ci/dump_server_options.py vllm in this env")
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("dump_server_options", REPO / "ci" / "dump_server_options.py")
-    dump = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(dump)
-    live = json.loads(json.dumps(dump.table(dump.vllm_parser())))
-    committed = load_table("vllm", VLLM)
-    assert committed["version"] == VLLM
-
-    def key(a):
-        return json.dumps(a, sort_keys=True)
-    assert sorted(map(key, live["actions"])) == sorted(map(key, committed["actions"]))
+    common.assert_option_table_is_the_installed_parsers("vllm", VLLM)
 
 
 # ------------------------------------------------------------------ each numbered case of issue #22
 
 def real(cmd: str):
-    s, b = both(cmd.split())
-    assert not isinstance(s, str), s
-    assert not isinstance(b, str), b
-    assert s.deployment() == b.deployment(), (s.deployment(), b.deployment())
-    return s
+    return common.real(cmd, VLLM)
 
 
 def test_case1_list_options_are_read_whole():

@@ -17,39 +17,15 @@ import sys
 
 import pytest
 
+from tests.common.server_reading import CORPUS, TPS, corpus, corpus_readings
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-CORPUS = os.path.join(REPO, "tests", "data", "model_configs")
-MARK = "FLASHINFER_GUARD_GROUPS "
-TPS = (1, 8)
-
-
-def corpus() -> list[str]:
-    return sorted(f[:-5] for f in os.listdir(CORPUS) if f.endswith(".json") and f != "sources.json")
 
 
 @pytest.fixture(scope="module")
 def vllm_readings(tmp_path_factory):
-    root = tmp_path_factory.mktemp("corpus")
-    dirs = []
-    for name in corpus():
-        d = root / name
-        d.mkdir()
-        shutil.copy(os.path.join(CORPUS, name + ".json"), d / "config.json")
-        dirs.append(str(d))
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    cmd = [sys.executable, "-m", "vllm_guard.model_reader", *dirs]
-    for tp in TPS:
-        cmd += ["--tp", str(tp)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env, cwd=REPO)
-    out = {}
-    for line in p.stdout.splitlines():
-        if line.startswith(MARK):
-            r = json.loads(line[len(MARK):])
-            out[os.path.basename(r["path"])] = r
-    assert len(out) == len(dirs), p.stderr[-2000:]
-    return out
+    return corpus_readings("vllm_guard.model_reader", str(tmp_path_factory.mktemp("corpus")))
 
 
 def builtin(name: str, tp: int):
