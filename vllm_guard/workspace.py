@@ -161,7 +161,7 @@ def apply(builder, module, decided, allocate=None, shared=None):
         guarded(log, "workspace", "workspace sizing", preempt)
         return allocate()
     if dec.allocate_bytes <= server:
-        guarded(log, "workspace", "workspace sizing", log.decision, dec, key=key)
+        guarded(log, "workspace", "workspace sizing", lambda: log.decision(dec, key=key))
         return allocate()
     target = dec.allocate_bytes
     try:
