@@ -19,7 +19,7 @@ warm-up ``build()`` then ``build_for_cudagraph_capture()`` with the dummy batch
 Each process first runs its cases with vLLM alone (phase "baseline", no plugin loaded), then
 loads the plugins through vLLM's own ``vllm.plugins.load_general_plugins`` (the guard's entry
 point) and runs them again with fresh configs and builders (phase "guard"). The guard's prediction (planners, need) comes from
-``vllm_guard.workspace.describe`` / ``decide`` on the same builder.
+``vllm_guard.workspace_facts.decide`` on the same builder (the adapter's public seam).
 
 What is faked, and why (nothing else is):
 - FlashInfer's compiled modules and the device queries: tests/realcalls/standin.py (GPU kernels
@@ -386,23 +386,29 @@ def common_metadata(query_lens: list[int], seq_lens: list[int], block_size: int,
 # --- the guard's prediction ---------------------------------------------------------------------
 
 def prediction(builder, module) -> dict:
-    """What the adapter predicts for this builder: planners per phase, the need, the scenarios."""
+    """What the adapter predicts for this builder: planners per phase, the need, the scenarios
+    (``vllm_guard.workspace_facts``: the facts it reads, its one decision)."""
     out: dict = {}
+    decided = None
     try:
-        import vllm_guard.workspace as ws
+        import vllm_guard.workspace_facts as wf
         from guard_core import gpus
 
         from guard_core.versions import flashinfer_version
 
         gpu = gpus.detect_gpu(getattr(builder, "device", None))
-        described = ws.describe(builder, gpu)
-        layout, limits = described[0], described[1]
-        if hasattr(ws, "requirement"):  # the adapter's own path: planners chosen by guard_core.planner_choice
-            req = ws.requirement(builder, gpu, flashinfer_version())
-        else:
-            from guard_core.sizing import compute_requirement
+        facts = wf.read_facts(builder, gpu, flashinfer_version())
+        limits = facts.limits
+        try:
+            decided = wf.decide(builder, module)
+        except Exception as exc:
+            out["decide_error"] = f"{type(exc).__name__}: {exc}"
+            traceback.print_exc()
+        req = decided.outcome.requirement if decided is not None else None
+        if req is None:  # the adapter stood down or did not size: the need for the same facts
+            from guard_core.workspace_decision import need
 
-            req = compute_requirement(layout, limits, gpu, flashinfer_version(), described[2], caller="vllm")
+            req = need(facts).requirement
         planners = req.planners
         out["planners"] = {"prefill": planners.prefill, "decode": planners.decode}
         out["layout"] = dataclasses.asdict(req.layout) if dataclasses.is_dataclass(req.layout) else str(req.layout)
@@ -416,20 +422,14 @@ def prediction(builder, module) -> dict:
                             for s in req.scenarios]
         out["dominant"] = ({"name": req.dominant.name, "batch": req.dominant.batch, "q_len": req.dominant.q_len}
                            if req.dominant else None)
-    except Exception as exc:  # reported to the test, which fails on it
-        out["error"] = f"{type(exc).__name__}: {exc}"
-        traceback.print_exc()
-    try:
-        import vllm_guard.workspace as ws
-
-        dec, server = ws.decide(builder, module)
-        out["server_bytes"] = server
+        out["server_bytes"] = decided.server_bytes if decided is not None else wf.server_bytes(builder, module)[0]
+        dec = decided.decision if decided is not None else None
         if dec is not None:
             out["decision"] = {"action": getattr(dec, "action", None), "line": getattr(dec, "line", None),
                                "allocate_bytes": getattr(dec, "allocate_bytes", None),
                                "numbers": dict(getattr(dec, "numbers", {}) or {})}
-    except Exception as exc:
-        out["decide_error"] = f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # reported to the test, which fails on it
+        out["error"] = f"{type(exc).__name__}: {exc}"
         traceback.print_exc()
     return out
 

@@ -454,12 +454,12 @@ def sc_workspace(args) -> None:
             vllm_guard.plugin.register()
     if args.break_hook:
         # fault injection: our own code raises inside the hook
-        import vllm_guard.workspace
+        import vllm_guard.workspace_facts
 
         def boom(*a, **k):
             raise RuntimeError("injected fault")
 
-        vllm_guard.workspace.facts = boom
+        vllm_guard.workspace_facts.read_facts = boom
     allow_static_graphs()
     if args.device_memory:
         # A CPU machine has no device memory to run out of: allocations above the given size
