@@ -10,8 +10,16 @@ patches:
   attribute of a class found along its MRO and wrapped on the named class), an
   optional *feature check* (does this release have what the wrapper relies on),
   and the wrapper factory ``make(orig, module)``;
-- ``apply(module)``: what a wrapper alone cannot say (rebinding a function that
-  other modules imported by name, a list entry), run after the wraps.
+- ``apply(module)``: what a wrapper alone cannot say (a list entry, a module
+  global replaced, caches to clear), run after the wraps.
+
+A wrapped module-level function that other modules imported by name is
+rebound there too (``Wrap(..., rebind=("vllm",))``: every module under those
+prefixes that holds the original gets the wrapper, and undo gives it back).
+A row may say when it is needed at all (``when(module)``: False applies nothing,
+silently, e.g. on a host where the guard stands down) and that its optional
+targets are alternatives across releases (``one_of``: at least one must be
+there, else ``missing`` names the first).
 
 A row is all or nothing: when a required target is missing or its feature check
 fails, nothing of the row is applied and ``missing(target)`` says so once (the
@@ -32,7 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .patching import PatchSet, guarded, when_imported
+from .patching import PatchSet, guarded, rebind_everywhere, when_imported
 
 __all__ = ["PatchRow", "PatchTable", "Wrap", "resolve_path"]
 
@@ -61,6 +69,7 @@ class Wrap:
     make: Callable[[Callable, Any], Callable]  # make(original, module) -> the wrapper
     feature: Callable[[Any, Any], bool] | None = None  # feature(owner, module): the release has what make relies on
     required: bool = True  # False: absent on some releases, skipped silently there
+    rebind: tuple = ()  # module prefixes where by-name imports of a wrapped function are rebound
 
     def resolve(self, module) -> tuple[object, str] | None:
         found = resolve_path(module, self.target)
@@ -82,6 +91,8 @@ class PatchRow:
     before_what: str | None = None  # ``what`` for ``before`` (default: ``what``)
     wraps: tuple[Wrap, ...] = ()
     missing: Callable[[str], None] | None = None  # missing(dotted target): said once
+    when: Callable[[Any], bool] | None = None  # when(module): False -> the row is not needed here
+    one_of: bool = False  # the optional wraps are alternatives: at least one must resolve
 
 
 class PatchTable:
@@ -107,20 +118,40 @@ class PatchTable:
         guarded(log, r.error_key, r.what, self._apply, r, module)
 
     def _apply(self, r: PatchRow, module) -> None:
+        if r.when is not None and not r.when(module):
+            return
         found = []
         for w in r.wraps:
             place = w.resolve(module)
             if place is None:
                 if w.required:
-                    if r.missing is not None:
-                        r.missing(f"{getattr(module, '__name__', r.module)}.{w.target}")
-                    return
+                    return self._missing(r, module, w)
                 continue
             found.append((w, place))
+        if r.one_of and r.wraps and not found:
+            return self._missing(r, module, r.wraps[0])
         for w, (owner, name) in found:
-            self.patches.wrap(owner, name, lambda orig, w=w: w.make(orig, module))
+            original = getattr(owner, name)
+            if self.patches.wrap(owner, name, lambda orig, w=w: w.make(orig, module)) and w.rebind:
+                self._rebind(original, getattr(owner, name), w.rebind)
         if r.apply is not None:
             r.apply(module)
+
+    @staticmethod
+    def _missing(r: PatchRow, module, w: Wrap) -> None:
+        if r.missing is not None:
+            r.missing(f"{getattr(module, '__name__', r.module)}.{w.target}")
+
+    def _rebind(self, old, new, prefixes: tuple) -> None:
+        """By-name imports of ``old`` under ``prefixes`` point at ``new``; undo points them back."""
+        for prefix in prefixes:
+            rebind_everywhere(old, new, prefix)
+
+        def back():
+            for prefix in prefixes:
+                rebind_everywhere(new, old, prefix)
+
+        self.patches.on_undo(back)
 
     def targets(self) -> list[str]:
         """Every declared dotted target, ``module.path`` (what the adapter may patch)."""

@@ -6,7 +6,8 @@ way, before any kernel runs::
     Buffer overflow when allocating memory for NAME with size S and alignment A,
     but only B bytes available in AlignedAllocator. ...
 
-Every planning entry point is wrapped (``ENTRY_POINTS``):
+Every planning entry point is wrapped, one row per module of a patch table
+(``guard_core.patch_table``: dotted targets with feature checks, one undo):
 
 - ``plan`` of FlashInfer's wrappers (prefill paged/ragged, decode) and every
   class-body alias of it: FlashInfer writes ``begin_forward = plan`` in each
@@ -48,15 +49,15 @@ imports them, and the tensors are handled through their own methods.
 
 from __future__ import annotations
 
-import functools
 import re
 import sys
 import threading
 
-from .patching import PatchSet, is_wrapped, rebind_everywhere, when_imported
+from .patch_table import PatchTable, Wrap
+from .patching import PatchSet, is_wrapped
 from .units import MIB
 
-__all__ = ["install", "parse_overflow", "patched_entry_points", "uninstall"]
+__all__ = ["install", "parse_overflow", "patch_module", "patched_entry_points", "uninstall"]
 
 OVERFLOW_RE = re.compile(
     r"Buffer overflow when allocating memory for (?P<name>\S+) with size (?P<size>\d+) and alignment "
@@ -66,22 +67,28 @@ OVERFLOW_RE = re.compile(
 FLOAT_ALLOCATION_RE = re.compile(r"(tmp_v|tmp_s|partial_o|partial_lse)$")
 MAX_TRIES = 4
 
-# module -> (wrapper classes whose plan and class-body aliases are wrapped,
-#            module-level planning functions taking the wrapper as first argument)
-ENTRY_POINTS = {
-    "flashinfer.prefill": (("BatchPrefillWithPagedKVCacheWrapper", "BatchPrefillWithRaggedKVCacheWrapper"), ()),
-    "flashinfer.decode": (("BatchDecodeWithPagedKVCacheWrapper",), ("fast_decode_plan",)),
-    # SGLang's own sync-free copy (0.5.2x) and its by-name import of FlashInfer's function
-    "sglang.srt.layers.attention.flashinfer_backend": ((), ("fast_prefill_plan", "fast_decode_plan")),
-    # vLLM imports FlashInfer's fast_decode_plan by name (flashinfer.py 0.33.0:20)
-    "vllm.v1.attention.backends.flashinfer": ((), ("fast_decode_plan",)),
-}
 # where a by-name import of a wrapped function can live
 REBIND_PREFIXES = ("flashinfer", "vllm", "sglang")
-TARGETS = {m: classes for m, (classes, _f) in ENTRY_POINTS.items() if classes}
+# FlashInfer's wrapper classes whose plan (and its class-body aliases) the net wraps, per module
+WRAPPER_CLASSES = {
+    "flashinfer.prefill": ("BatchPrefillWithPagedKVCacheWrapper", "BatchPrefillWithRaggedKVCacheWrapper"),
+    "flashinfer.decode": ("BatchDecodeWithPagedKVCacheWrapper",),
+}
+# class-body aliases of plan (``begin_forward = plan``: flashinfer/prefill.py 0.7.2:3212,5043,
+# decode.py 0.7.2:2639)
+PLAN_ALIASES = ("begin_forward",)
+# module-level planning functions taking the wrapper as first argument, per module
+PLAN_FUNCTIONS = {
+    "flashinfer.decode": ("fast_decode_plan",),
+    # SGLang's own sync-free copy (0.5.2x) and its by-name import of FlashInfer's function
+    "sglang.srt.layers.attention.flashinfer_backend": ("fast_prefill_plan", "fast_decode_plan"),
+    # vLLM imports FlashInfer's fast_decode_plan by name (flashinfer.py 0.33.0:20)
+    "vllm.v1.attention.backends.flashinfer": ("fast_decode_plan",),
+}
+HOOK_KEY = "safety_net:"
 
 _state = {"captured": 0, "log": None, "installed": False}
-_patches = PatchSet()  # every wrap of the net, undone by uninstall()
+_patches = PatchSet()  # every wrap of the net, undone by uninstall() (the table's PatchSet)
 _local = threading.local()
 
 
@@ -106,19 +113,25 @@ def install(log) -> None:
     if _state["installed"]:
         return
     _state["installed"] = True
-    for mod in ENTRY_POINTS:
-        when_imported(mod, _patch_module, key="safety_net:" + mod)
-    when_imported("torch.cuda.graphs", _track_captures, key="safety_net:torch.cuda.graphs")
+    _TABLE.install()
 
 
 def uninstall() -> None:
     from . import patching
 
-    _patches.undo()
+    _TABLE.undo()
     forget = getattr(patching, "forget_import_hooks", None)
     if callable(forget):
-        forget("safety_net:")
+        forget(HOOK_KEY)
     _state["installed"] = False
+
+
+def patch_module(module) -> None:
+    """Apply the net's row for ``module`` (by its name) now: what the post-import hook does
+    when the server imports it."""
+    for r in _TABLE.rows:
+        if r.module == getattr(module, "__name__", None):
+            _TABLE.fire(r, module)
 
 
 def graphs_captured() -> int:
@@ -136,61 +149,65 @@ def patched_entry_points() -> list[str]:
     return out
 
 
-def _track_captures(module) -> None:
-    cls = getattr(module, "CUDAGraph", None)
-    if cls is None or not callable(getattr(cls, "capture_end", None)):
-        return
-
-    def make(orig):
-        def capture_end(self, *a, **k):
-            _state["captured"] += 1
-            return orig(self, *a, **k)
-        return capture_end
-
-    try:
-        _patches.wrap(cls, "capture_end", make)
-    except (TypeError, AttributeError):  # a C type that takes no attributes
-        pass
+def _count_captures(orig, module):
+    def capture_end(self, *a, **k):
+        _state["captured"] += 1
+        return orig(self, *a, **k)
+    return capture_end
 
 
-def _patch_module(module) -> None:
-    classes, functions = ENTRY_POINTS.get(module.__name__, ((), ()))
-    for cls_name in classes:
-        cls = getattr(module, cls_name, None)
-        if isinstance(cls, type):
-            _patch_class(cls)
-    for fn_name in functions:
-        fn = getattr(module, fn_name, None)
-        if not callable(fn) or is_wrapped(fn):
-            continue
-        if _patches.wrap(module, fn_name, _make_plan):
-            new = getattr(module, fn_name)
-            # modules that imported it by name before now (``from flashinfer import fast_decode_plan``)
-            for prefix in REBIND_PREFIXES:
-                rebind_everywhere(fn, new, prefix)
-            _patches.on_undo(functools.partial(_rebind_back, new, fn))
+def _takes_attributes(owner, module) -> bool:
+    """A Python class (a heap type): a C type takes no attributes."""
+    return isinstance(owner, type) and bool(owner.__flags__ & _HEAPTYPE)
 
 
-def _patch_class(cls) -> None:
-    raw = None
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE
+
+
+def _plan_of(cls):
+    """``plan`` as FlashInfer defined it (found along the MRO, our wrapper unwrapped), or None."""
     for klass in cls.__mro__:
         if "plan" in klass.__dict__:
             raw = klass.__dict__["plan"]
-            break
-    if raw is None or not callable(raw):
-        return
-    original = getattr(raw, "__wrapped__", raw) if is_wrapped(raw) else raw
-    # plan and every name bound to the same function in the class bodies (begin_forward = plan)
-    names = ["plan"] + [n for klass in cls.__mro__ for n, v in vars(klass).items()
-                        if n != "plan" and v is original]
-    for name in dict.fromkeys(names):
-        _patches.wrap(cls, name, _make_plan)
+            return getattr(raw, "__wrapped__", raw) if is_wrapped(raw) else raw
+    return None
 
 
-def _rebind_back(new, original) -> None:
-    """Undo of a module function's wrap: the by-name imports point at the original again."""
-    for prefix in REBIND_PREFIXES:
-        rebind_everywhere(new, original, prefix)
+def _has_plan(owner, module) -> bool:
+    return isinstance(owner, type) and callable(_plan_of(owner))
+
+
+def _alias_of_plan(alias: str):
+    """Feature check of ``Class.<alias>``: the class body binds ``alias`` to plan itself."""
+    def check(owner, module) -> bool:
+        if not _has_plan(owner, module):
+            return False
+        plan = _plan_of(owner)
+        return any(vars(klass).get(alias) is plan for klass in owner.__mro__)
+    return check
+
+
+def _wrap_plan(orig, module):
+    return _make_plan(orig)
+
+
+def _rows(table: PatchTable) -> PatchTable:
+    """One row per module: each wrapper class's plan and its aliases, each module-level
+    planning function (rebound where other modules imported it by name), and torch's
+    CUDA-graph capture (to know when buffers are held by graphs). Every target is optional:
+    the net covers what a release has, silently."""
+    for mod in dict.fromkeys([*WRAPPER_CLASSES, *PLAN_FUNCTIONS]):
+        wraps = []
+        for cls in WRAPPER_CLASSES.get(mod, ()):
+            wraps.append(Wrap(f"{cls}.plan", _wrap_plan, feature=_has_plan, required=False))
+            wraps += [Wrap(f"{cls}.{a}", _wrap_plan, feature=_alias_of_plan(a), required=False)
+                      for a in PLAN_ALIASES]
+        wraps += [Wrap(fn, _wrap_plan, feature=lambda owner, m, fn=fn: callable(getattr(owner, fn, None)),
+                       required=False, rebind=REBIND_PREFIXES) for fn in PLAN_FUNCTIONS.get(mod, ())]
+        table.row(mod, HOOK_KEY + mod, "safety net", wraps=tuple(wraps), error_key="safety-net")
+    table.row("torch.cuda.graphs", HOOK_KEY + "torch.cuda.graphs", "safety net", error_key="safety-net",
+              wraps=(Wrap("CUDAGraph.capture_end", _count_captures, feature=_takes_attributes, required=False),))
+    return table
 
 
 def _capturing() -> bool:
@@ -345,3 +362,6 @@ def _say(log, msg: str) -> None:
             log.warning(f"workspace: {msg}", key="safety-net:" + msg)
         except Exception:
             pass
+
+
+_TABLE = _rows(PatchTable(lambda: _state["log"], _patches))

@@ -2,11 +2,12 @@
 
 What it does per op comes from the evidence table (guard_core.moe_evidence) for
 the GPU (guard_core.gpus.detect_gpu: SM10x only), the installed FlashInfer and the
-host (guard_core.decisions.decide_moe). Where SGLang makes ``moe_runner_backend`` /
+host, read into a ``guard_core.moe_decision.MoeFacts``; the core's one
+``MoeOutcome`` (``guard_core.moe_decision.decide``) is applied here. Where SGLang makes ``moe_runner_backend`` /
 ``speculative_moe_runner_backend`` ``flashinfer_trtllm`` and the decision blocks
 (Grace + SM10x + FlashInfer < 0.6.16 by default, any SM10x host under ``strict``),
 the guard puts the next backend SGLang accepts for that quantization instead
-(``_fallback``) and says so in one warning line; an explicit user request is
+(``guard_core.moe_decision.fallback_backend``) and says so in one warning line; an explicit user request is
 replaced the same way and the line says it was the user's. Where the table only
 warns (any host before 0.6.16) or notes open reports (BF16 from 0.6.16), the
 backend is kept and one line says so. Under ``strict`` the BF16 op's autotune sweep
@@ -34,7 +35,9 @@ runner backends the MoE layers read) the same replacement, plus NVFP4 with
 ``auto``, which SGLang's ``create_moe_runner`` turns into TRT-LLM: it gets
 ``flashinfer_cutlass`` explicitly.
 
-A target missing where the guard is needed: one warning naming it and the line;
+The patch points are rows of dotted targets with feature checks (the table at the
+end, ``guard_core.patch_table``), undone by ``uninstall()``. A target missing where
+the guard is needed: one warning naming it and the line;
 where nothing is needed: a debug line. Stand-downs on hosts the bug never
 affects (x86 with ``auto``): debug lines.
 """
@@ -43,7 +46,7 @@ from __future__ import annotations
 
 import platform
 
-from guard_core.patch_table import PatchTable
+from guard_core.patch_table import PatchTable, Wrap
 from guard_core.patching import PatchSet, guarded
 
 from ._log import announce_line, log
@@ -76,37 +79,36 @@ def _gpu_sm():
         return None
 
 
-def decision(op=None, gpu="live", can_skip_autotune=None):
-    """The MoE decision for ``op`` (None: every op) on this GPU (``gpu=None``: unknown)."""
-    from guard_core.decisions import decide_moe
-    from guard_core.settings import get_settings
+def facts(op=None, sm=None, can_skip_autotune=None):
+    """What the MoE decision for ``op`` reads from this process (a guard_core MoeFacts)."""
+    from guard_core.moe_decision import MoeFacts
     from guard_core.versions import flashinfer_version
+
+    return MoeFacts("sglang", platform.machine(), flashinfer_version(), sm, op, can_skip_autotune,
+                    missing=("gpu",) if sm is None else ())
+
+
+def decision(op=None, gpu="live", can_skip_autotune=None):
+    """The MoE outcome for ``op`` (None: every op) on this GPU (``gpu=None``: unknown)."""
+    from guard_core.moe_decision import decide
+    from guard_core.settings import get_settings
 
     sm = _gpu_sm() if gpu == "live" else gpu
     key = (op, sm, can_skip_autotune)
-    for k, d in _decision:
+    for k, o in _decision:
         if k == key:
-            return d
-    d = decide_moe(get_settings(), machine=platform.machine(), flashinfer_version=flashinfer_version(),
-                   gpu=sm, op=op, can_skip_autotune=can_skip_autotune)
-    _decision.append((key, d))
-    return d
-
-
-# SGLang quantization -> the FlashInfer TRT-LLM MoE op its flashinfer_trtllm runner calls
-_QUANT_OPS = {None: "bf16", "fp8": "fp8", "modelopt": "fp8", "modelopt_fp8": "fp8", "w8a8_fp8": "fp8",
-              "mxfp8": "fp8", "modelopt_fp4": "nvfp4", "nvfp4": "nvfp4", "modelopt_mixed": "nvfp4",
-              "mxfp4": "mxfp4"}
+            return o
+    o = decide(facts(op, sm, can_skip_autotune), get_settings())
+    _decision.append((key, o))
+    return o
 
 
 def _op(field, quantization):
-    """The op a runner field's MoE runs. The speculative field of an unquantized or FP4
-    checkpoint is taken as BF16: its NextN/MTP drafter MoE is BF16 (SGLang #30209,
-    FlashInfer #4919)."""
-    main = _QUANT_OPS.get(quantization) if quantization in _QUANT_OPS else None
-    if field == "speculative_moe_runner_backend" and main in ("bf16", "nvfp4"):
-        return "bf16"
-    return main
+    """The op a runner field's MoE runs (guard_core.moe_decision.op_of); the speculative
+    field of an unquantized or FP4 checkpoint is BF16 (its NextN/MTP drafter MoE)."""
+    from guard_core.moe_decision import op_of
+
+    return op_of("sglang", quantization, speculative=field == "speculative_moe_runner_backend")
 
 
 def install() -> None:
@@ -116,19 +118,15 @@ def install() -> None:
 
 def uninstall() -> None:
     """Undo every patch and resolution hook; ``install`` patches again afterwards."""
-    _patches.undo()
+    _TABLE.undo()
     _decision.clear()
 
 
 def _fallback(backend: str, quantization) -> str:
-    """The backend SGLang accepts next for this quantization (its own asserts)."""
-    if backend.startswith(TRTLLM):
-        if quantization in ("modelopt_fp4", "nvfp4", "modelopt_mixed"):
-            return "flashinfer_cutlass"
-        if quantization == "mxfp8":
-            return "cutlass"
-        return "triton"
-    return backend
+    """The backend SGLang accepts next for this quantization (guard_core.moe_decision)."""
+    from guard_core.moe_decision import fallback_backend
+
+    return fallback_backend("sglang", backend, quantization)
 
 
 def _is_trtllm(value) -> bool:
@@ -139,25 +137,20 @@ def _is_trtllm(value) -> bool:
 def _missing(target: str) -> None:
     from guard_core.releases import line_label
 
-    d = decision(gpu=None)
-    log().missing_target("moe", target, line_label("sglang"), needed=d.reason if d.block else None)
+    log().missing_target("moe", target, line_label("sglang"), needed=decision(gpu=None).needed)
 
 
-def _kept(key: str, text: str, d=None) -> None:
+def _kept(key: str, text: str, o=None) -> None:
     """The backend stays: a debug line where nothing applies, else the table's line
     (WARNING for a known fault, INFO for open reports or a plain stand-down on aarch64)."""
-    from guard_core.decisions import moe_advice
-    from guard_core.releases import unaffected_moe_host
-
-    d = d if d is not None else decision()
-    if d.action == "warn":
-        log().warning_once("moe.warn", d.line(f"{text}; {moe_advice(d)}"))
-    elif d.action == "info":
-        log().info_once(key, d.line(f"{text}; {moe_advice(d)}"))
-    elif unaffected_moe_host(d):
-        log().debug(d.line(text), key=key)
+    o = o if o is not None else decision()
+    note = o.note(text)
+    if note.level == "warning":
+        log().warning_once("moe.warn", note.line)
+    elif note.level == "debug":
+        log().debug(note.line, key=key)
     else:
-        log().info_once(key, d.line(text))
+        log().info_once(key, note.line)
 
 
 # ------------------------------------------------- configuration time (main process)
@@ -255,20 +248,19 @@ def _guard(sa) -> None:
     guarded(log(), "moe.config", "MoE guard", guard_config, sa)
 
 
-def _patch_server_args(module) -> None:
+def _server_args_resolve_here(module) -> bool:
+    """False (and a debug line) where ServerArgs resolves through the pipeline (0.5.20+)."""
     cls = getattr(module, "ServerArgs", None)
-    if cls is not None and callable(getattr(cls, "_handle_moe_kernel_config", None)):
-        _patches.wrap(cls, "__post_init__", _make_post_init)
-        _patches.wrap(cls, "_handle_moe_kernel_config", _make_kernel_config)
-        return
-    if cls is not None and callable(getattr(cls, "resolve_once", None)):
+    if cls is None or callable(getattr(cls, "_handle_moe_kernel_config", None)):
+        return True
+    if callable(getattr(cls, "resolve_once", None)):
         log().debug("moe: ServerArgs resolves through arg_groups.pipeline on this SGLang; "
                     "guarded there", key="moe.sa.pipeline")
-        return
-    _missing(f"{SERVER_ARGS}.ServerArgs._handle_moe_kernel_config")
+        return False
+    return True
 
 
-def _make_post_init(orig):
+def _make_post_init(orig, module=None):
     def __post_init__(self, *args, **kwargs):
         try:
             object.__setattr__(self, _USER_ATTR, {f: getattr(self, f, None) for f in FIELDS})
@@ -281,7 +273,7 @@ def _make_post_init(orig):
     return __post_init__
 
 
-def _make_kernel_config(orig):
+def _make_kernel_config(orig, module=None):
     def _handle_moe_kernel_config(self, *args, **kwargs):
         _guard(self)  # before SGLang's checks and derived settings see TRT-LLM
         result = orig(self, *args, **kwargs)
@@ -330,32 +322,18 @@ def _make_step(before: bool):
     return flashinfer_guard_moe_step
 
 
-def _patch_pipeline(module) -> None:
-    if not callable(getattr(module, "run_resolution_pipeline", None)):
-        _missing(f"{PIPELINE}.run_resolution_pipeline")
-        return
+def _make_pipeline(orig, module=None):
+    def run_resolution_pipeline(server_args, *args, **kwargs):
+        result = orig(server_args, *args, **kwargs)
+        _guard(server_args)  # the last net: whatever a later step declared
+        return result
 
-    def make(orig):
-        def run_resolution_pipeline(server_args, *args, **kwargs):
-            result = orig(server_args, *args, **kwargs)
-            _guard(server_args)  # the last net: whatever a later step declared
-            return result
-
-        return run_resolution_pipeline
-
-    _patches.wrap(module, "run_resolution_pipeline", make)
+    return run_resolution_pipeline
 
 
 # ------------------------------------------------------------ every scheduler (runtime)
 
-def _patch_moe_utils(module) -> None:
-    if not hasattr(module, "initialize_moe_config") or not hasattr(module, "MoeRunnerBackend"):
-        _missing(f"{MOE_UTILS}.initialize_moe_config")
-        return
-    _patches.wrap(module, "initialize_moe_config", lambda orig: _make_initialize(module, orig))
-
-
-def _make_initialize(module, orig):
+def _make_initialize(orig, module):
     # (server_args) up to ~0.5.21; no arguments later (it reads the runtime context)
     def initialize_moe_config(*args, **kwargs):
         result = orig(*args, **kwargs)
@@ -458,21 +436,12 @@ def _guard_runtime(module, server_args) -> None:
 
 # ------------------------------------------ strict: skip the BF16 autotune sweep (0.5.23)
 
-def _patch_autotune(module) -> None:
-    if decision("bf16", gpu=None, can_skip_autotune=True).action != "skip_autotune":
-        return
-    if not callable(getattr(module, "get_flashinfer_autotune_skip_ops", None)):
-        _missing(f"{AUTOTUNE}.get_flashinfer_autotune_skip_ops")
-        return
+def _make_skip_ops(orig, module=None):
+    def get_flashinfer_autotune_skip_ops(*args, **kwargs):
+        skip = orig(*args, **kwargs)
+        return guarded(log(), "moe.autotune", "MoE guard", _add_bf16_skip, skip, default=skip)
 
-    def make(orig):
-        def get_flashinfer_autotune_skip_ops(*args, **kwargs):
-            skip = orig(*args, **kwargs)
-            return guarded(log(), "moe.autotune", "MoE guard", _add_bf16_skip, skip, default=skip)
-
-        return get_flashinfer_autotune_skip_ops
-
-    _patches.wrap(module, "get_flashinfer_autotune_skip_ops", make)
+    return get_flashinfer_autotune_skip_ops
 
 
 def _add_bf16_skip(skip):
@@ -490,16 +459,36 @@ def _add_bf16_skip(skip):
     return set(skip or ()) | {BF16_AUTOTUNE_OP}
 
 
-# ---------------------------------- the patch table: (module, hook key, what, apply), one helper
+# ------------------------------- the patch table: one row per SGLang module (guard_core.patch_table)
 
-_TABLE = PatchTable(log)
-on_server_args_module = _TABLE.row(SERVER_ARGS, HOOK_KEY + "server_args", "MoE guard", _patch_server_args,
-                                   error_key="moe.patch", before=announce_line)
+def _callable(name):
+    return lambda owner, module: callable(getattr(owner, name, None))
+
+
+def _skip_asked(module) -> bool:
+    return decision("bf16", gpu=None, can_skip_autotune=True).action == "skip_autotune"
+
+
+_TABLE = PatchTable(log, _patches)
+on_server_args_module = _TABLE.row(
+    SERVER_ARGS, HOOK_KEY + "server_args", "MoE guard", error_key="moe.patch", before=announce_line,
+    when=_server_args_resolve_here, missing=_missing,
+    wraps=(Wrap("ServerArgs._handle_moe_kernel_config", _make_kernel_config,
+                feature=_callable("_handle_moe_kernel_config")),
+           Wrap("ServerArgs.__post_init__", _make_post_init)))
+# resolution hooks are list entries SGLang's pipeline runs, not wrappers: an apply
 on_resolution_hooks_module = _TABLE.row(RESOLUTION_HOOKS, HOOK_KEY + "resolution_hooks", "MoE guard",
                                         _register_resolution_hooks, error_key="moe.patch", before=announce_line)
-on_pipeline_module = _TABLE.row(PIPELINE, HOOK_KEY + "pipeline", "MoE guard", _patch_pipeline,
-                                error_key="moe.patch")
-on_moe_utils_module = _TABLE.row(MOE_UTILS, HOOK_KEY + "runtime", "MoE guard", _patch_moe_utils,
-                                 error_key="moe.patch.rt", before=announce_line)
-on_autotune_module = _TABLE.row(AUTOTUNE, HOOK_KEY + "autotune", "MoE guard", _patch_autotune,
-                                error_key="moe.patch.autotune")
+on_pipeline_module = _TABLE.row(
+    PIPELINE, HOOK_KEY + "pipeline", "MoE guard", error_key="moe.patch", missing=_missing,
+    wraps=(Wrap("run_resolution_pipeline", _make_pipeline, feature=_callable("run_resolution_pipeline")),))
+on_moe_utils_module = _TABLE.row(
+    MOE_UTILS, HOOK_KEY + "runtime", "MoE guard", error_key="moe.patch.rt", before=announce_line,
+    missing=_missing,
+    wraps=(Wrap("initialize_moe_config", _make_initialize,
+                feature=lambda owner, module: hasattr(module, "MoeRunnerBackend")),))
+on_autotune_module = _TABLE.row(
+    AUTOTUNE, HOOK_KEY + "autotune", "MoE guard", error_key="moe.patch.autotune", when=_skip_asked,
+    missing=_missing,
+    wraps=(Wrap("get_flashinfer_autotune_skip_ops", _make_skip_ops,
+                feature=_callable("get_flashinfer_autotune_skip_ops")),))

@@ -2,7 +2,9 @@
 
 What it does comes from the evidence table (guard_core.moe_evidence), per op, for
 the GPU vLLM's platform reports (SM10x only; NVML, no CUDA initialisation), the
-installed FlashInfer and the host (guard_core.decisions.decide_moe):
+installed FlashInfer and the host: this module reads them into a
+``guard_core.moe_decision.MoeFacts`` and applies the one ``MoeOutcome`` the core
+returns (``guard_core.moe_decision.decide``):
 
 - warn (default, any host, SM10x, FlashInfer < 0.6.16): one WARNING when vLLM
   asks whether the TRT-LLM routed MoE is available (it stays available);
@@ -34,7 +36,9 @@ installed FlashInfer and the host (guard_core.decisions.decide_moe):
   SM10x, ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8``), read by the MXFP4 oracle,
   are hidden from it so that its auto-selection picks the next backend.
 
-Targets are found by feature. A missing one where the guard is needed is one
+Targets are dotted paths with a feature check, one row per vLLM module in the
+patch table at the end (``guard_core.patch_table``), undone by ``uninstall()``.
+A missing one where the guard is needed is one
 warning naming the target and the line; where nothing is needed, a debug line.
 The stand-down on a host the bug never affects (x86 with ``auto``) is a debug
 line too.
@@ -42,8 +46,8 @@ line too.
 
 from __future__ import annotations
 
-from guard_core.patch_table import PatchTable
-from guard_core.patching import PatchSet, guarded, rebind_everywhere
+from guard_core.patch_table import PatchTable, Wrap
+from guard_core.patching import PatchSet, guarded, is_wrapped, rebind_everywhere
 
 from ._log import get_log
 
@@ -77,17 +81,22 @@ ARG_UTILS = "vllm.engine.arg_utils"
 MXFP4_ORACLE = "vllm.model_executor.layers.fused_moe.oracle.mxfp4"
 # env routes that force the MXFP4 TRT-LLM experts: name -> only on SM10x?
 MXFP4_ENV_ROUTES = {"VLLM_USE_FLASHINFER_MOE_MXFP4_BF16": True, "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8": False}
-
-_decisions: dict = {}  # (op, SM) -> MoeDecision, once the GPU is known
-_patches = PatchSet()
-_rebinds: dict[str, object] = {}  # "old": the original, "new": its wrapper, for later imports
 SKIP_OPS_VAR = "VLLM_FLASHINFER_AUTOTUNE_SKIP_OPS"  # vLLM 0.29+ envs.py (PR #48268)
 KERNEL_WARMUP = "vllm.model_executor.warmup.kernel_warmup"
 BF16_EXPERTS = "vllm.model_executor.layers.fused_moe.experts.trtllm_bf16_moe"
-# vLLM quantization names -> the FlashInfer TRT-LLM MoE op their experts run (None: unquantized)
-QUANT_OPS = {None: "bf16", "fp8": "fp8", "modelopt": "fp8", "modelopt_fp4": "nvfp4", "nvfp4": "nvfp4",
-             "mxfp4": "mxfp4", "gpt_oss_mxfp4": "mxfp4", "compressed-tensors": None}
+# The experts classes whose _supports_current_device gates each op's TRT-LLM experts (own or
+# inherited; vLLM 0.20-0.2x: one class, later a base with modular/monolithic subclasses).
+BF16_CLASSES = ("TrtLlmBf16Experts", "TrtLlmBf16ExpertsBase", "TrtLlmBf16ExpertsModular",
+                "TrtLlmBf16ExpertsMonolithic")
+MXFP4_CLASSES = ("TrtLlmMxfp4ExpertsBase", "TrtLlmMxfp4ExpertsMonolithic", "TrtLlmMxfp4ExpertsModular")
+GATE = "_supports_current_device"
 
+_outcomes: dict = {}  # (op, SM) -> MoeOutcome, once the GPU is known
+_patches = PatchSet()
+_rebinds: dict[str, object] = {}  # "old": the original, "new": its wrapper, for later imports
+
+
+# --- facts ------------------------------------------------------------------
 
 def _gpu_sm():
     """The GPU's SM number (major*10+minor): vLLM's own platform where it is CUDA (NVML in
@@ -118,27 +127,33 @@ def _can_skip_autotune() -> bool:
     return SKIP_OPS_VAR in getattr(envs, "environment_variables", {})
 
 
-def decision(op: str | None = None, gpu="live"):
-    """The MoE decision for ``op`` (None: the gate every TRT-LLM op shares) on this GPU
-    (``gpu=None``: before the GPU is known, as for a GPU that reaches the path)."""
-    from guard_core.decisions import decide_moe
+def facts(op: str | None = None, sm=None):
+    """What the MoE decision for ``op`` reads from this process (a guard_core MoeFacts)."""
+    import platform
+
+    from guard_core.moe_decision import MoeFacts
     from guard_core.settings import get_settings
     from guard_core.versions import flashinfer_version
 
+    can_skip = _can_skip_autotune() if op == "bf16" and get_settings().moe == "strict" else None
+    return MoeFacts("vllm", platform.machine(), flashinfer_version(), sm, op, can_skip,
+                    missing=("gpu",) if sm is None else ())
+
+
+def decision(op: str | None = None, gpu="live"):
+    """The MoE outcome for ``op`` (None: the gate every TRT-LLM op shares) on this GPU
+    (``gpu=None``: before the GPU is known, as for a GPU that reaches the path)."""
+    from guard_core.moe_decision import decide
+    from guard_core.settings import get_settings
+
     sm = _gpu_sm() if gpu == "live" else gpu
     key = (op, sm)
-    if key in _decisions:
-        return _decisions[key]
-    can_skip = None
-    if op == "bf16" and get_settings().moe == "strict":
-        can_skip = _can_skip_autotune()
-    import platform
-
-    d = decide_moe(get_settings(), machine=platform.machine(), flashinfer_version=flashinfer_version(),
-                   gpu=sm, op=op, can_skip_autotune=can_skip)
+    if key in _outcomes:
+        return _outcomes[key]
+    o = decide(facts(op, sm), get_settings())
     if sm is not None or gpu is None:
-        _decisions[key] = d
-    return d
+        _outcomes[key] = o
+    return o
 
 
 def potential(op: str | None = None):
@@ -150,25 +165,6 @@ def _may_block() -> bool:
     return any(potential(op).block for op in (None, "bf16", "mxfp4"))
 
 
-def _warn(d) -> None:
-    """The one start-up WARNING of a known fault the default leaves in place."""
-    from guard_core.decisions import moe_advice
-
-    get_log().warning_once("moe-warn", d.line(moe_advice(d)))
-
-
-def _considered(d, op_name: str) -> None:
-    """vLLM considers a TRT-LLM op the guard leaves in place: say what the table holds."""
-    from guard_core.decisions import moe_advice
-
-    if d.action == "warn":
-        _warn(d)
-    elif d.action == "info":
-        get_log().info_once(f"moe-info:{op_name}", d.line(moe_advice(d)))
-    elif d.action == "skip_autotune":
-        get_log().info_once(f"moe-skip:{op_name}", d.line(_skip_text()))
-
-
 def _user_skip_ops():
     """The user's VLLM_FLASHINFER_AUTOTUNE_SKIP_OPS as vLLM parses it, or None when unset."""
     import os
@@ -177,6 +173,38 @@ def _user_skip_ops():
     if raw is None:
         return None
     return [v.strip() for v in raw.split(",") if v.strip()]
+
+
+def _bf16_route_asked() -> bool:
+    """VLLM_USE_FLASHINFER_MOE_FP16=1 with the latency (TRT-LLM) backend, as vLLM reads them."""
+    import vllm.envs as envs
+
+    return bool(envs.VLLM_USE_FLASHINFER_MOE_FP16) and envs.VLLM_FLASHINFER_MOE_BACKEND == "latency"
+
+
+# --- saying it ----------------------------------------------------------------
+
+_SAY = {"warning": "warning_once", "info": "info_once"}
+
+
+def _say(key: str, note) -> None:
+    if note.level in _SAY:
+        getattr(get_log(), _SAY[note.level])(key, note.line)
+
+
+def _warn(o) -> None:
+    """The one start-up WARNING of a known fault the default leaves in place."""
+    _say("moe-warn", o.note())
+
+
+def _considered(o, op_name: str) -> None:
+    """vLLM considers a TRT-LLM op the guard leaves in place: say what the table holds."""
+    if o.action == "warn":
+        _warn(o)
+    elif o.action == "info":
+        _say(f"moe-info:{op_name}", o.note())
+    elif o.action == "skip_autotune":
+        _say(f"moe-skip:{op_name}", o.note(_skip_text()))
 
 
 def _skip_text() -> str:
@@ -192,26 +220,23 @@ def _skip_text() -> str:
             f"(add {BF16_AUTOTUNE_OP} to skip its autotune sweep)")
 
 
+def _not_applicable(target: str, needed: bool = True, op: str | None = None) -> None:
+    from guard_core.releases import line_label
+
+    o = potential(op)
+    get_log().missing_target("moe", target, line_label("vllm"), needed=o.needed if needed else None)
+
+
 def install(settings) -> None:
     _TABLE.install()
 
 
 def uninstall() -> None:
     """Undo every patch (the rebinds included); ``install`` patches again afterwards."""
-    _patches.undo()
+    _TABLE.undo()
     _rebinds.clear()
-    _decisions.clear()
+    _outcomes.clear()
 
-
-def _not_applicable(target: str, needed: bool = True, op: str | None = None) -> None:
-    from guard_core.releases import line_label
-
-    d = potential(op)
-    get_log().missing_target("moe", target, line_label("vllm"),
-                             needed=d.reason if (needed and d.block) else None)
-
-
-# --- has_flashinfer_trtllm_fused_moe ---------------------------------------
 
 def _announce() -> None:
     from ._log import announce_line
@@ -219,50 +244,51 @@ def _announce() -> None:
     announce_line()
 
 
-def _patch_utils(module) -> None:
-    from guard_core.releases import unaffected_moe_host
+# --- has_flashinfer_trtllm_fused_moe ---------------------------------------
 
-    d = potential()
-    if not callable(getattr(module, TARGET, None)):
-        _not_applicable(f"{UTILS}.{TARGET}")
+def _utils_needed(module) -> bool:
+    """Patch where the guard blocks or warns (a missing target is named by the table);
+    elsewhere the one stand-down line."""
+    if _UTILS_WRAP.resolve(module) is None:
+        return True
+    note = potential().stand_down()
+    if note is None:
+        return True
+    if note.level == "debug":
+        get_log().debug(note.line, key="moe-ok")
+    else:
+        get_log().info_once("moe-ok", note.line)
+    return False
+
+
+def _make_has_trtllm(orig, module):
+    def has_flashinfer_trtllm_fused_moe() -> bool:
+        o = decision()
+        if o.block:
+            if guarded(get_log(), "moe", "moe guard", orig, default=False):
+                get_log().info_once(
+                    "moe-block",
+                    o.line("FlashInfer TRT-LLM fused MoE reported unavailable; "
+                           "vLLM selects its next MoE backend"),
+                )
+            return False
+        answer = orig()
+        if answer and o.action == "warn":
+            guarded(get_log(), "moe", "moe guard", _warn, o)
+        return answer
+
+    return has_flashinfer_trtllm_fused_moe
+
+
+def _remember_rebind(module) -> None:
+    """The wrapper and its original, for modules that import TARGET later; caches that
+    remembered the old answer cleared (now, and on undo)."""
+    wrapper = getattr(module, TARGET, None)
+    if not is_wrapped(wrapper):
         return
-    if not d.block and d.action != "warn":
-        if unaffected_moe_host(d):
-            get_log().debug(f"moe: ok, {d.reason}", key="moe-ok")
-        else:
-            get_log().info_once("moe-ok", f"moe: ok, {d.reason}")
-        return
-    original = getattr(module, TARGET)
-
-    def make(orig):
-        def has_flashinfer_trtllm_fused_moe() -> bool:
-            d = decision()
-            if d.block:
-                if guarded(get_log(), "moe", "moe guard", orig, default=False):
-                    get_log().info_once(
-                        "moe-block",
-                        d.line("FlashInfer TRT-LLM fused MoE reported unavailable; "
-                               "vLLM selects its next MoE backend"),
-                    )
-                return False
-            answer = orig()
-            if answer and d.action == "warn":
-                guarded(get_log(), "moe", "moe guard", _warn, d)
-            return answer
-
-        return has_flashinfer_trtllm_fused_moe
-
-    if _patches.wrap(module, TARGET, make):
-        wrapper = getattr(module, TARGET)
-        _rebinds["old"], _rebinds["new"] = original, wrapper
-        rebind_everywhere(original, wrapper, prefix="vllm")
-        _clear_dependent_caches()
-
-        def unbind():
-            rebind_everywhere(wrapper, original, prefix="vllm")
-            _clear_dependent_caches()
-
-        _patches.on_undo(unbind)
+    _rebinds["old"], _rebinds["new"] = wrapper.__wrapped__, wrapper
+    _clear_dependent_caches()
+    _patches.on_undo(_clear_dependent_caches)
 
 
 def _clear_dependent_caches() -> None:
@@ -293,75 +319,31 @@ def _rebind_importer(mod) -> None:
             clear()
 
 
-# --- vLLM 0.19's BF16 gate (a module function that does not ask TARGET) ------
+# --- the experts' _supports_current_device gates (BF16, MXFP4; vLLM 0.19's BF16 module gate) ---
 
-def _patch_bf16_gate(module) -> None:
-    # later lines keep the module (its fused op) without the gate: nothing to do there
-    if potential("bf16").action == "none" or not callable(vars(module).get("_supports_current_device")):
-        return
+def _blocking_gate(what: str, key: str, message: str, also=None, op: str | None = None):
+    """A wrapper factory for a ``_supports_current_device`` gate of ``op``'s experts: where
+    the guard blocks ``op``, the gate answers False (one info line, when the original would
+    have said True, then ``also()``); elsewhere the original answers, and where it says True
+    the table's warning or note for ``op`` is said once."""
 
-    make = _blocking_gate(
-        "moe guard (BF16)", "moe-block-bf16",
-        "FlashInfer TRT-LLM BF16 MoE reported unsupported; vLLM selects its next BF16 MoE backend",
-        also=_warn_bf16_route, op="bf16")
-    _patches.wrap(module, "_supports_current_device", make)
+    def make(orig, module=None):
+        def _supports_current_device(*args, **kwargs) -> bool:
+            o = decision(op)
+            if o.block:
+                if guarded(get_log(), "moe", what, orig, *args, default=False, **kwargs):
+                    get_log().info_once(key, o.line(message))
+                    if also is not None:
+                        also()
+                return False
+            answer = orig(*args, **kwargs)
+            if answer:
+                guarded(get_log(), "moe", what, _considered, o, op or "every op")
+            return answer
 
+        return _supports_current_device
 
-# --- the BF16 TRT-LLM experts (0.20+): open reports from FlashInfer 0.6.16 -----------
-
-def _patch_bf16_experts(module) -> None:
-    if potential("bf16").action == "none":
-        return
-    classes = _gated_classes(module)
-    if not classes:
-        _not_applicable(f"{BF16_EXPERTS} experts' _supports_current_device", op="bf16")
-        return
-    make = _blocking_gate(
-        "moe guard (BF16)", "moe-block-bf16",
-        "FlashInfer TRT-LLM BF16 MoE experts reported unsupported; vLLM selects its next BF16 MoE backend",
-        op="bf16")
-    for cls in classes:
-        _patches.wrap(cls, "_supports_current_device", make)
-
-
-def _gated_classes(module) -> list:
-    return [
-        obj for obj in vars(module).values()
-        if isinstance(obj, type) and obj.__module__ == module.__name__
-        and callable(getattr(obj, "_supports_current_device", None))  # own or inherited
-    ]
-
-
-# --- strict: skip the BF16 autotune sweep (vLLM 0.29+) ------------------------------
-
-def _patch_kernel_warmup(module) -> None:
-    if potential("bf16").action != "skip_autotune":
-        return
-    if not callable(getattr(module, "_flashinfer_autotune_skip_ops", None)):
-        _not_applicable(f"{KERNEL_WARMUP}._flashinfer_autotune_skip_ops", op="bf16")
-        return
-
-    def make(orig):
-        def _flashinfer_autotune_skip_ops(*args, **kwargs):
-            skip = orig(*args, **kwargs)
-            return guarded(get_log(), "moe", "moe guard (autotune)", _add_bf16_skip, skip, default=skip)
-
-        return _flashinfer_autotune_skip_ops
-
-    _patches.wrap(module, "_flashinfer_autotune_skip_ops", make)
-
-
-def _add_bf16_skip(skip):
-    """vLLM's own skip set plus the BF16 op, where strict asks for it and the user did not
-    set VLLM_FLASHINFER_AUTOTUNE_SKIP_OPS (vLLM 0.33 warmup/kernel_warmup.py:299-301 reads
-    it; None means "skip nothing")."""
-    from guard_core.moe_evidence import BF16_AUTOTUNE_OP
-
-    d = decision("bf16")
-    if d.action != "skip_autotune" or _user_skip_ops() is not None:
-        return skip
-    get_log().info_once("moe-skip:bf16", d.line(_skip_text()))
-    return set(skip or ()) | {BF16_AUTOTUNE_OP}
+    return make
 
 
 def _warn_bf16_route() -> None:
@@ -374,88 +356,75 @@ def _warn_bf16_route() -> None:
         )
 
 
-def _blocking_gate(what: str, key: str, message: str, also=None, op: str | None = None):
-    """A wrapper factory for a ``_supports_current_device`` gate of ``op``'s experts: where
-    the guard blocks ``op``, the gate answers False (one info line, when the original would
-    have said True, then ``also()``); elsewhere the original answers, and where it says True
-    the table's warning or note for ``op`` is said once."""
-
-    def make(orig):
-        def _supports_current_device(*args, **kwargs) -> bool:
-            d = decision(op)
-            if d.block:
-                if guarded(get_log(), "moe", what, orig, *args, default=False, **kwargs):
-                    get_log().info_once(key, d.line(message))
-                    if also is not None:
-                        also()
-                return False
-            answer = orig(*args, **kwargs)
-            if answer:
-                guarded(get_log(), "moe", what, _considered, d, op or "every op")
-            return answer
-
-        return _supports_current_device
-
-    return make
+def _own_class(owner, module) -> bool:
+    """A class the experts module itself defines (not one it imported)."""
+    return isinstance(owner, type) and owner.__module__ == module.__name__
 
 
-def _bf16_route_asked() -> bool:
-    """VLLM_USE_FLASHINFER_MOE_FP16=1 with the latency (TRT-LLM) backend, as vLLM reads them."""
-    import vllm.envs as envs
-
-    return bool(envs.VLLM_USE_FLASHINFER_MOE_FP16) and envs.VLLM_FLASHINFER_MOE_BACKEND == "latency"
+def _gate_wraps(classes, make) -> tuple:
+    return tuple(Wrap(f"{c}.{GATE}", make, feature=_own_class, required=False) for c in classes)
 
 
-# --- MXFP4 TRT-LLM experts (not gated by TARGET) ----------------------------
+_BF16_GATE_WRAP = _blocking_gate(
+    "moe guard (BF16)", "moe-block-bf16",
+    "FlashInfer TRT-LLM BF16 MoE reported unsupported; vLLM selects its next BF16 MoE backend",
+    also=_warn_bf16_route, op="bf16")
+_BF16_EXPERTS_WRAP = _blocking_gate(
+    "moe guard (BF16)", "moe-block-bf16",
+    "FlashInfer TRT-LLM BF16 MoE experts reported unsupported; vLLM selects its next BF16 MoE backend",
+    op="bf16")
+_MXFP4_WRAP = _blocking_gate(
+    "moe guard (MXFP4)", "moe-block-mxfp4",
+    "FlashInfer TRT-LLM MXFP4 MoE experts reported unsupported; vLLM selects its next MXFP4 backend",
+    op="mxfp4")
 
-def _patch_mxfp4(module) -> None:
-    if potential("mxfp4").action not in ("block", "warn", "on"):
-        return
-    classes = _gated_classes(module)
-    if not classes:
-        _not_applicable(f"{MXFP4} experts' _supports_current_device", op="mxfp4")
-        return
 
-    make = _blocking_gate(
-        "moe guard (MXFP4)", "moe-block-mxfp4",
-        "FlashInfer TRT-LLM MXFP4 MoE experts reported unsupported; vLLM selects its next MXFP4 backend",
-        op="mxfp4")
+# --- strict: skip the BF16 autotune sweep (vLLM 0.29+) ------------------------------
 
-    for cls in classes:
-        _patches.wrap(cls, "_supports_current_device", make)
+def _make_skip_ops(orig, module):
+    def _flashinfer_autotune_skip_ops(*args, **kwargs):
+        skip = orig(*args, **kwargs)
+        return guarded(get_log(), "moe", "moe guard (autotune)", _add_bf16_skip, skip, default=skip)
+
+    return _flashinfer_autotune_skip_ops
+
+
+def _add_bf16_skip(skip):
+    """vLLM's own skip set plus the BF16 op, where strict asks for it and the user did not
+    set VLLM_FLASHINFER_AUTOTUNE_SKIP_OPS (vLLM 0.33 warmup/kernel_warmup.py:299-301 reads
+    it; None means "skip nothing")."""
+    from guard_core.moe_evidence import BF16_AUTOTUNE_OP
+
+    o = decision("bf16")
+    if o.action != "skip_autotune" or _user_skip_ops() is not None:
+        return skip
+    _say("moe-skip:bf16", o.note(_skip_text()))
+    return set(skip or ()) | {BF16_AUTOTUNE_OP}
 
 
 # --- VLLM_FLASHINFER_MOE_BACKEND=latency (older env route, read in workers) --
 
-def _patch_fi_utils(module) -> None:
-    if not potential().block:
-        return
+def _has_latency_route(owner, module) -> bool:
     enum = getattr(module, "FlashinferMoeBackend", None)
-    fn = getattr(module, "get_flashinfer_moe_backend", None)
-    if enum is None or not callable(fn) or not hasattr(enum, "TENSORRT_LLM") or not hasattr(enum, "CUTLASS"):
-        # no latency (TRT-LLM) route through this function on this line: nothing to guard
-        _not_applicable(f"{FI_UTILS}.get_flashinfer_moe_backend", needed=False)
-        return
+    return (enum is not None and callable(getattr(module, "get_flashinfer_moe_backend", None))
+            and hasattr(enum, "TENSORRT_LLM") and hasattr(enum, "CUTLASS"))
 
-    def make(orig):
-        def get_flashinfer_moe_backend(*args, **kwargs):
-            backend = orig(*args, **kwargs)
-            if backend == enum.TENSORRT_LLM and decision().block:
-                get_log().warning_once(
-                    "moe-env-route",
-                    decision().line("VLLM_FLASHINFER_MOE_BACKEND=latency (TRT-LLM) replaced by "
-                                    "throughput (FlashInfer CUTLASS)"),
-                )
-                return enum.CUTLASS
-            return backend
 
-        return get_flashinfer_moe_backend
+def _make_backend_getter(orig, module):
+    enum = module.FlashinferMoeBackend
 
-    if _patches.wrap(module, "get_flashinfer_moe_backend", make):
-        new = module.get_flashinfer_moe_backend
-        old = new.__wrapped__
-        rebind_everywhere(old, new, prefix="vllm")
-        _patches.on_undo(lambda: rebind_everywhere(new, old, prefix="vllm"))
+    def get_flashinfer_moe_backend(*args, **kwargs):
+        backend = orig(*args, **kwargs)
+        if backend == enum.TENSORRT_LLM and decision().block:
+            get_log().warning_once(
+                "moe-env-route",
+                decision().line("VLLM_FLASHINFER_MOE_BACKEND=latency (TRT-LLM) replaced by "
+                                "throughput (FlashInfer CUTLASS)"),
+            )
+            return enum.CUTLASS
+        return backend
+
+    return get_flashinfer_moe_backend
 
 
 # --- VLLM_USE_FLASHINFER_MOE_MXFP4_* (env routes to the MXFP4 TRT-LLM experts) --
@@ -503,9 +472,8 @@ class _EnvsView:
         return value
 
 
-def _patch_mxfp4_oracle(module) -> None:
-    if not potential("mxfp4").block:
-        return
+def _hide_mxfp4_routes(module) -> None:
+    """The oracle's ``envs`` global becomes an ``_EnvsView`` (a global rebound, not a wrap)."""
     real = getattr(module, "envs", None)
     if real is None or isinstance(real, _EnvsView) or not callable(getattr(real, "is_set", None)):
         _not_applicable(f"{MXFP4_ORACLE}.envs")
@@ -526,31 +494,22 @@ def _patch_mxfp4_oracle(module) -> None:
 
 # --- explicit --moe-backend flashinfer_trtllm --------------------------------
 
-def _patch_arg_utils(module) -> None:
-    if not _may_block():
-        return
-    cls = getattr(module, "EngineArgs", None)
-    if cls is None or not callable(getattr(cls, "create_engine_config", None)):
-        _not_applicable(f"{ARG_UTILS}.EngineArgs.create_engine_config")
-        return
+def _make_create_engine_config(orig, module):
+    def create_engine_config(self, *args, **kwargs):
+        config = orig(self, *args, **kwargs)
+        guarded(get_log(), "moe", "moe guard (config rewrite)", rewrite_moe_backend, config)
+        return config
 
-    def make(orig):
-        def create_engine_config(self, *args, **kwargs):
-            config = orig(self, *args, **kwargs)
-            guarded(get_log(), "moe", "moe guard (config rewrite)", rewrite_moe_backend, config)
-            return config
-
-        return create_engine_config
-
-    _patches.wrap(cls, "create_engine_config", make)
+    return create_engine_config
 
 
 def _op_of(model_config):
     """The TRT-LLM MoE op a model's experts run, from its quantization (None: unknown)."""
+    from guard_core.moe_decision import op_of
+
     if model_config is None:
         return None
-    quant = getattr(model_config, "quantization", None)
-    return QUANT_OPS.get(quant) if quant in QUANT_OPS else None
+    return op_of("vllm", getattr(model_config, "quantization", None))
 
 
 def rewrite_moe_backend(config) -> list[str]:
@@ -565,29 +524,61 @@ def rewrite_moe_backend(config) -> list[str]:
         owner = getattr(config, owner_name, None)
         if owner is None or getattr(owner, "moe_backend", None) != "flashinfer_trtllm":
             continue
-        d = decision(op)
-        if not d.block:
+        o = decision(op)
+        if not o.block:
             continue
         owner.moe_backend = "auto"
         changed.append(owner_name)
         get_log().warning_once(
             "moe-rewrite:" + owner_name,
-            d.line(f"TRT-LLM fused MoE disabled; {flag} flashinfer_trtllm replaced by auto"),
+            o.line(f"TRT-LLM fused MoE disabled; {flag} flashinfer_trtllm replaced by auto"),
         )
     return changed
 
 
-# --- the patch table: (module, hook key, what, apply), applied by guard_core.patch_table ---
+# --- the patch table: one row per vLLM module (guard_core.patch_table) ----------------
 
-_TABLE = PatchTable(get_log)
-_TABLE.row(UTILS, "vllm_guard.moe.utils", "moe guard", _patch_utils, before=_announce)
+def _callable(name):
+    return lambda owner, module: callable(getattr(owner, name, None))
+
+
+def _when(op=None, test=lambda o: o.block):
+    return lambda module: test(potential(op))
+
+
+_UTILS_WRAP = Wrap(TARGET, _make_has_trtllm, feature=_callable(TARGET), rebind=("vllm",))
+
+_TABLE = PatchTable(get_log, _patches)
+_TABLE.row(UTILS, "vllm_guard.moe.utils", "moe guard", _remember_rebind, before=_announce,
+           wraps=(_UTILS_WRAP,), when=_utils_needed, missing=_not_applicable)
 for _name in IMPORTERS:
     _TABLE.row(_name, "vllm_guard.moe.importer", "moe guard", _rebind_importer)
-_TABLE.row(MXFP4, "vllm_guard.moe.mxfp4", "moe guard (MXFP4)", _patch_mxfp4)
-_TABLE.row(BF16_GATE, "vllm_guard.moe.bf16_gate", "moe guard (BF16)", _patch_bf16_gate)
-_TABLE.row(FI_UTILS, "vllm_guard.moe.fi_utils", "moe guard (env route)", _patch_fi_utils)
-_TABLE.row(ARG_UTILS, "vllm_guard.moe.arg_utils", "moe guard (config)", _patch_arg_utils,
-           before=_announce, before_what="moe guard")
-_TABLE.row(MXFP4_ORACLE, "vllm_guard.moe.mxfp4_oracle", "moe guard (MXFP4 env route)", _patch_mxfp4_oracle)
-_TABLE.row(BF16_EXPERTS, "vllm_guard.moe.bf16_experts", "moe guard (BF16)", _patch_bf16_experts)
-_TABLE.row(KERNEL_WARMUP, "vllm_guard.moe.kernel_warmup", "moe guard (autotune)", _patch_kernel_warmup)
+_TABLE.row(MXFP4, "vllm_guard.moe.mxfp4", "moe guard (MXFP4)",
+           when=_when("mxfp4", lambda o: o.action in ("block", "warn", "on")),
+           wraps=_gate_wraps(MXFP4_CLASSES, _MXFP4_WRAP), one_of=True,
+           missing=lambda t: _not_applicable(f"{MXFP4} experts' {GATE}", op="mxfp4"))
+_TABLE.row(BF16_GATE, "vllm_guard.moe.bf16_gate", "moe guard (BF16)",
+           # later lines keep the module (its fused op) without the gate: nothing to do there
+           when=_when("bf16", lambda o: o.action != "none"),
+           wraps=(Wrap(GATE, _BF16_GATE_WRAP, feature=lambda owner, m: callable(vars(m).get(GATE))),))
+_TABLE.row(FI_UTILS, "vllm_guard.moe.fi_utils", "moe guard (env route)", when=_when(),
+           wraps=(Wrap("get_flashinfer_moe_backend", _make_backend_getter, feature=_has_latency_route,
+                       rebind=("vllm",)),),
+           # no latency (TRT-LLM) route through this function on this line: nothing to guard
+           missing=lambda t: _not_applicable(f"{FI_UTILS}.get_flashinfer_moe_backend", needed=False))
+_TABLE.row(ARG_UTILS, "vllm_guard.moe.arg_utils", "moe guard (config)", before=_announce,
+           before_what="moe guard", when=lambda module: _may_block(),
+           wraps=(Wrap("EngineArgs.create_engine_config", _make_create_engine_config,
+                       feature=_callable("create_engine_config")),),
+           missing=lambda t: _not_applicable(f"{ARG_UTILS}.EngineArgs.create_engine_config"))
+_TABLE.row(MXFP4_ORACLE, "vllm_guard.moe.mxfp4_oracle", "moe guard (MXFP4 env route)", _hide_mxfp4_routes,
+           when=_when("mxfp4"))
+_TABLE.row(BF16_EXPERTS, "vllm_guard.moe.bf16_experts", "moe guard (BF16)",
+           when=_when("bf16", lambda o: o.action != "none"),
+           wraps=_gate_wraps(BF16_CLASSES, _BF16_EXPERTS_WRAP), one_of=True,
+           missing=lambda t: _not_applicable(f"{BF16_EXPERTS} experts' {GATE}", op="bf16"))
+_TABLE.row(KERNEL_WARMUP, "vllm_guard.moe.kernel_warmup", "moe guard (autotune)",
+           when=_when("bf16", lambda o: o.action == "skip_autotune"),
+           wraps=(Wrap("_flashinfer_autotune_skip_ops", _make_skip_ops,
+                       feature=_callable("_flashinfer_autotune_skip_ops")),),
+           missing=lambda t: _not_applicable(f"{KERNEL_WARMUP}._flashinfer_autotune_skip_ops", op="bf16"))

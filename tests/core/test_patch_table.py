@@ -129,3 +129,47 @@ def test_generated_rows_are_all_or_nothing_and_undo_restores_every_callable(path
         if orig is not None:
             owner, name = resolve_path(m, p)
             assert getattr(owner, name) == orig, p
+
+
+def test_when_false_applies_nothing_and_names_nothing():
+    m = _module()
+    said = []
+    table = PatchTable(_Log)
+    table.row("fg_mod", "t.k", "g", apply=said.append, when=lambda mod: False,
+              wraps=(Wrap("Builder.missing", _plus(1)),), missing=said.append)(m)
+    assert said == [] and len(table.patches) == 0
+
+
+def test_one_of_needs_at_least_one_alternative():
+    """Targets a release names differently (one class here, another there): the row needs one."""
+    m = _module()
+    said = []
+    table = PatchTable(_Log)
+    alternatives = (Wrap("Old.size", _plus(1), required=False), Wrap("Builder.size", _plus(1), required=False))
+    table.row("fg_mod", "t.k", "g", wraps=alternatives, one_of=True, missing=said.append)(m)
+    assert m.Builder().size() == 395 and said == []
+    table.undo()
+    table.row("fg_mod", "t.k2", "g", wraps=alternatives[:1], one_of=True, missing=said.append)(m)
+    assert said == ["fg_mod.Old.size"] and m.Builder().size() == 394
+
+
+def test_rebind_points_by_name_imports_at_the_wrapper_and_back():
+    import sys
+
+    m = _module()
+    m.__name__ = "fg_pkg.mod"
+    user = types.ModuleType("fg_pkg.user")
+    user.plan = m.plan  # from fg_pkg.mod import plan
+    original = m.plan
+    sys.modules[user.__name__] = user
+    try:
+        table = PatchTable(_Log)
+        hook = table.row("fg_pkg.mod", "t.k", "g", wraps=(Wrap("plan", _plus(10), rebind=("fg_pkg",)),))
+        hook(m)
+        hook(m)  # idempotent: wrapped and rebound once
+        assert user.plan is m.plan is not original and user.plan(1) == 12
+        assert len(table.patches) == 2  # the unwrap and the rebind back
+        table.undo()
+        assert user.plan is original and m.plan is original
+    finally:
+        del sys.modules[user.__name__]

@@ -73,7 +73,7 @@ def armed(monkeypatch):
     def arm(cls):
         mod = types.ModuleType("flashinfer.prefill")
         mod.BatchPrefillWithPagedKVCacheWrapper = cls
-        net._patch_module(mod)
+        net.patch_module(mod)
         return cls
     yield arm, log
     net.uninstall()
@@ -226,7 +226,7 @@ def test_module_functions_are_covered_and_rebound(armed, monkeypatch):
     user = types.ModuleType("sglang.srt.layers.attention.flashinfer_backend")
     user.fast_decode_plan = fast_decode_plan  # from flashinfer import fast_decode_plan
     monkeypatch.setitem(sys.modules, "sglang.srt.layers.attention.flashinfer_backend", user)
-    net._patch_module(fi)
+    net.patch_module(fi)
     assert user.fast_decode_plan is fi.fast_decode_plan is not fast_decode_plan
     w = _wrapper_cls(allocs, alias=False)()
     assert user.fast_decode_plan(w) == {"float": 6 * MIB, "int": 0}
@@ -333,3 +333,39 @@ def test_generated_overflows_recover_exactly_or_propagate(armed, seed):
         assert (w._float_workspace_buffer.numel(), w._int_workspace_buffer.numel()) == (f0, i0)
     else:
         assert used["float"] <= w._float_workspace_buffer.numel() and used["int"] <= w._int_workspace_buffer.numel()
+
+
+def test_graph_captures_are_counted_and_undone(monkeypatch):
+    """torch's CUDAGraph.capture_end is a row of the net's table like the planning entry
+    points: counted while armed, FlashInfer-independent, undone by uninstall()."""
+    monkeypatch.setitem(net._state, "captured", 0)
+
+    class CUDAGraph:
+        def capture_end(self):
+            return "ended"
+
+    graphs = types.ModuleType("torch.cuda.graphs")
+    graphs.CUDAGraph = CUDAGraph
+    net.patch_module(graphs)
+    assert CUDAGraph().capture_end() == "ended" and net.graphs_captured() == 1
+    assert [e for e in net.patched_entry_points() if e.endswith("CUDAGraph.capture_end")]
+    net.uninstall()
+    CUDAGraph().capture_end()
+    assert net.graphs_captured() == 1 and net.patched_entry_points() == []
+
+
+def test_an_inherited_plan_and_alias_are_wrapped_on_the_named_class(armed):
+    """FlashInfer's wrapper may inherit plan (and begin_forward) from a base: both are
+    wrapped on the named class, the base untouched, and undone."""
+    arm, log = armed
+    Base = _wrapper_cls([("batch_prefill_tmp_v", 3 * MIB)])
+
+    class Paged(Base):
+        pass
+
+    arm(Paged)
+    assert {e.rpartition("Paged.")[2] for e in net.patched_entry_points()} == {"plan", "begin_forward"}
+    assert "plan" not in Base.__dict__ or not getattr(Base.__dict__["plan"], "__wrapped__", None)
+    assert Paged().begin_forward() == {"float": 3 * MIB, "int": 0} and len(log.lines) == 1
+    net.uninstall()
+    assert "plan" not in Paged.__dict__ and "begin_forward" not in Paged.__dict__
