@@ -21,7 +21,7 @@ from typing import Any
 from .releases import NATIVE_VAR
 
 __all__ = ["FRAMEWORKS", "FrameworkNames", "WorkspaceFacts", "WorkspaceNeed", "WorkspaceOutcome",
-           "need", "decide", "is_out_of_memory"]
+           "need", "decide", "is_out_of_memory", "assess_fixed_split", "decide_fixed_split"]
 
 
 @dataclass(frozen=True)
@@ -121,6 +121,30 @@ def decide(facts: WorkspaceFacts, *, server_bytes: int, user_bytes: int | None, 
                            user_var=n.native_var, settings=settings, flashinfer_version=facts.flashinfer_version,
                            exact_refused=refused)
     return WorkspaceOutcome(dec, req, computed.warnings if computed is not None else ())
+
+
+def assess_fixed_split(facts: WorkspaceFacts, computed: WorkspaceNeed, *, server_bytes: int, settings,
+                       gpu_memory: int | None):
+    """Fixed-split modes (SGLang deterministic inference; ``facts.limits`` carry the
+    split sizes): ``guard_core.fixed_split.assess`` of the need ``computed`` for these
+    facts against the server's ``server_bytes``."""
+    from .fixed_split import assess
+
+    req = computed.requirement
+    return assess(req.layout, facts.limits, facts.gpu, facts.flashinfer_version, req.planners, facts.framework,
+                  server_bytes=int(server_bytes), settings=settings, requirement=req, gpu_memory=gpu_memory)
+
+
+def decide_fixed_split(facts: WorkspaceFacts, computed: WorkspaceNeed, assessment, *, server_bytes: int,
+                       settings) -> WorkspaceOutcome:
+    """The workspace decision in a fixed-split mode, from ``assess_fixed_split``'s
+    assessment (``decisions.decide_fixed_split_workspace``)."""
+    from .decisions import decide_fixed_split_workspace
+
+    req = computed.requirement
+    dec = decide_fixed_split_workspace(req, assessment, framework=facts.framework, server_bytes=int(server_bytes),
+                                       settings=settings, flashinfer_version=facts.flashinfer_version)
+    return WorkspaceOutcome(dec, req, computed.warnings)
 
 
 def is_out_of_memory(exc: BaseException) -> bool:

@@ -30,7 +30,6 @@ _registered = False
 _source: str | None = None
 
 HOOK_PREFIX = "sglang_guard."  # every post-import hook key of this adapter starts so
-FLASHINFER_BACKEND = "sglang.srt.layers.attention.flashinfer_backend"
 
 
 def register(source: str = "entry_point") -> bool:
@@ -53,16 +52,13 @@ def _register(source: str) -> bool:
     settings = get_settings()
     if not settings.enabled:
         return False
-    from guard_core.patching import when_imported
-
     from . import moe, workspace
 
     log().settings_warnings(settings)
     workspace.remember_user_size(os.environ)
-    when_imported(FLASHINFER_BACKEND, workspace.on_backend_module, key=HOOK_PREFIX + "workspace")
-    # deterministic inference: the fixed-split need said before the weights load
-    when_imported(workspace.MODEL_RUNNER, workspace.on_model_runner_module,
-                  key=HOOK_PREFIX + "workspace.early")
+    # FlashInferAttnBackend.__init__; ModelRunner.load_model (deterministic inference: the
+    # fixed-split need said before the weights load)
+    workspace.install()
     moe.install()
     _source = source
     return True

@@ -319,36 +319,23 @@ def _runner(sa, mc, kv_dtype, *, pool_size, width):
     return runner
 
 
-def _guard_prediction():
-    """Record what the guard's SGLang adapter computed (its _Sizing objects)."""
-    seen = {"sizings": [], "server_bytes": []}
+def _guard_records(since=0):
+    """What the guard's SGLang adapter gathered and decided for each backend it sized in this
+    process, from the ``since``-th on: its public record, sglang_guard.workspace.decisions()
+    (facts, need, the sizes SGLang asked with, the decision applied)."""
     try:
         import sglang_guard.workspace as ws
     except Exception:
-        return seen
-    real_build = ws._Sizing.build.__func__
-    real_decide = ws._Sizing._decide
-
-    def build(cls, module, runner):
-        s = real_build(cls, module, runner)
-        seen["sizings"].append(s)
-        return s
-
-    def decide(self, server_bytes):
-        seen["server_bytes"].append(int(server_bytes))
-        return real_decide(self, server_bytes)
-
-    ws._Sizing.build = classmethod(build)
-    ws._Sizing._decide = decide
-    return seen
+        return []
+    return list(ws.decisions())[since:]
 
 
-def _prediction_dict(seen):
-    if not seen["sizings"] or seen["sizings"][-1] is None:
+def _prediction_dict(records):
+    if not records:
         return None
-    s = seen["sizings"][-1]
-    req = s.requirement
-    out = {"decode_tc": s.decode_tc, "fi_version": s.fi_version}
+    s = records[-1]
+    req = s.need.requirement if s.need is not None else None
+    out = {"decode_tc": s.facts.planner_facts.tensor_core_decode, "fi_version": s.facts.flashinfer_version}
     if req is None:
         return out
     out.update(float_bytes=req.float_bytes, int_bytes=req.int_bytes,
@@ -360,9 +347,9 @@ def _prediction_dict(seen):
                dominant=None if req.dominant is None else {
                    "name": req.dominant.name, "batch": req.dominant.batch, "q_len": req.dominant.q_len,
                    "float_bytes": req.dominant.float_bytes})
-    if s.decision is not None:
-        out["decision"] = {"action": s.decision.action, "allocate_bytes": int(s.decision.allocate_bytes),
-                           "text": s.decision.text}
+    if s.outcome is not None:
+        out["decision"] = {"action": s.outcome.action, "allocate_bytes": int(s.outcome.allocate_bytes),
+                           "text": s.outcome.text}
     return out
 
 
@@ -560,7 +547,7 @@ class _DraftIndicesOnHost:
         return launch
 
 
-def _draft_pass(fb, sa, mc, gpu, rec, kv_dtype, opts, seen):
+def _draft_pass(fb, sa, mc, gpu, rec, kv_dtype, opts):
     """SGLang's multi-step EAGLE draft backend on a draft-worker runner: its own __init__
     (steps - 1 FlashInferAttnBackend(skip_prefill=True), each sized by the guard), its CUDA-graph
     state, and the capture-time metadata call of each capture size (largest first), which plans
@@ -577,12 +564,11 @@ def _draft_pass(fb, sa, mc, gpu, rec, kv_dtype, opts, seen):
     pool = int(opts.get("pool_size", 4096))
     runner = _runner(sa, mc, kv_dtype, pool_size=pool, width=int(opts.get("kv_width", 40000)))
     runner.is_draft_worker = True
-    n_sizings = len(seen["sizings"])
+    n_sized = len(_guard_records())
     draft = fb.FlashInferMultiStepDraftBackend(runner, topk, steps)
     draft.generate_draft_decode_kv_indices = _DraftIndicesOnHost(steps)
-    sizings = [x for x in seen["sizings"][n_sizings:] if x is not None]
     out = {"calls": [], "errors": [], "backends": len(draft.attn_backends)}
-    out["prediction"] = _prediction_dict({"sizings": sizings}) if sizings else None
+    out["prediction"] = _prediction_dict(_guard_records(n_sized))
     ws = draft.attn_backends[0].workspace_buffer
     out["workspace_bytes"] = int(ws.numel() * ws.element_size())
     try:  # <= 0.5.1x
@@ -685,7 +671,7 @@ def _one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts):
         runner.max_total_num_tokens = int(opts["kv_pool_tokens"])
     backend = fb.FlashInferAttnBackend(runner)
     if opts.get("_seen") is not None:
-        opts = dict(opts, _prediction=_prediction_dict(opts["_seen"]))
+        opts = dict(opts, _prediction=_prediction_dict(_guard_records(opts["_seen"])))
     ws = backend.workspace_buffer
     out["workspace_bytes"] = int(ws.numel() * ws.element_size())
     out["decode_use_tensor_cores"] = bool(backend.decode_use_tensor_cores)
@@ -769,7 +755,7 @@ def run(opts):
     import torch
 
     out = sc.load_guard()
-    seen = _guard_prediction()
+    seen = len(_guard_records())  # the guard's records of this run's backends start here
     if opts.get("understate"):
         _understate()
     gpu = _cpu.use_table_gpu(opts.get("gpu", "h200"))
@@ -798,10 +784,11 @@ def run(opts):
     kv_dtype = {"fp8": torch.float8_e4m3fn}.get(opts.get("kv"), torch.bfloat16)
     with _HostMemory():
         out.update(_one_pass(fb, sa, mc, gpu, rec, kv_dtype, dict(opts, _seen=seen)))
-        out["prediction"] = _prediction_dict(seen)
-        out["sglang_server_bytes"] = seen["server_bytes"][-1] if seen["server_bytes"] else None
+        out["prediction"] = _prediction_dict(_guard_records(seen))
+        asked = [b for r in _guard_records(seen) for b in r.server_bytes]  # each size SGLang asked with
+        out["sglang_server_bytes"] = asked[-1] if asked else None
         if opts.get("topk"):
-            out["draft"] = _draft_pass(fb, sa, mc, gpu, rec, kv_dtype, opts, seen)
+            out["draft"] = _draft_pass(fb, sa, mc, gpu, rec, kv_dtype, opts)
         out["safety_net"] = _net_state()  # what the guard installed, before any undo below
         if opts.get("also_without_guard") and out["registered"]:
             # The same process with the guard's wrapper and its safety net taken off again
