@@ -17,16 +17,6 @@
 #
 #   FLASHINFER_GUARD_SUITES="core vllm sglang"   (default: all)
 #   FLASHINFER_GUARD_REPORTS=DIR                 (default: .reports/<date-time>)
-#   FLASHINFER_GUARD_PARALLEL=0                  run the vLLM and SGLang suites one
-#                                                after the other (default 1: side by side)
-#
-# The two framework suites run side by side after core: nearly all their time is
-# single-threaded (importing vLLM or SGLang in a fresh process per scenario, about
-# 20 s each), so on CI's two cores the wall time is about the longer suite instead
-# of the sum. Their output is prefixed "[vllm] " / "[sglang] "; what they share is
-# safe to share: uv's cache (uv locks it), the compiled planner programs (a file
-# lock and an atomic rename, tests/conformance/oracle.py), and each suite's own
-# environments and report files.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$FG_REPO"
@@ -38,10 +28,9 @@ t0=$(date +%s)
 echo "=== reports (JUnit XML, scenario logs): $FLASHINFER_GUARD_REPORTS"
 echo "=== environments: $FG_ENVS (free disk: $(fg_free_gb "$FG_ENVS") GB)"
 
-run_suite() {
-  local suite="$1" s0 rc
-  s0=$(date +%s)
+for suite in $suites; do
   echo "=== suite: $suite ($(date -u +%H:%M:%S))"
+  s0=$(date +%s)
   case "$suite" in
     core) bash ci/core/run_tests.sh ;;
     vllm) bash ci/vllm/run_tests.sh ;;
@@ -50,28 +39,8 @@ run_suite() {
   esac
   rc=$?
   echo "=== suite $suite: exit $rc in $(( $(date +%s) - s0 )) s"
-  return $rc
-}
-
-together=()
-for suite in $suites; do
-  if [ "${FLASHINFER_GUARD_PARALLEL:-1}" = 1 ] && { [ "$suite" = vllm ] || [ "$suite" = sglang ]; }; then
-    together+=("$suite")
-  else
-    run_suite "$suite" || status=1
-  fi
+  [ $rc -eq 0 ] || status=1
 done
-if [ ${#together[@]} -eq 1 ]; then
-  run_suite "${together[0]}" || status=1
-elif [ ${#together[@]} -gt 1 ]; then
-  fg_uv >/dev/null  # the pinned uv exists before two installers ask for it at once
-  pids=()
-  for suite in "${together[@]}"; do
-    ( run_suite "$suite" 2>&1 | sed -u "s/^/[$suite] /"; exit "${PIPESTATUS[0]}" ) &
-    pids+=($!)
-  done
-  for pid in "${pids[@]}"; do wait "$pid" || status=1; done
-fi
 
 echo "=== reports: $FLASHINFER_GUARD_REPORTS"
 python3 "$FG_REPO/ci/summarize.py" "$FLASHINFER_GUARD_REPORTS" || status=1
