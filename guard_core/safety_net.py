@@ -55,7 +55,7 @@ import threading
 
 from .patch_table import PatchTable, Wrap
 from .patching import PatchSet, is_wrapped
-from .units import MIB
+from .units import MIB, nbytes
 
 __all__ = ["install", "parse_overflow", "patch_module", "patched_entry_points", "uninstall"]
 
@@ -218,8 +218,6 @@ def _capturing() -> bool:
         return False
 
 
-def _nbytes(buf) -> int:
-    return int(buf.numel() * buf.element_size())
 
 
 def _in_graph(wrapper) -> bool:
@@ -268,8 +266,8 @@ class _Grown:
         if buf is None:
             raise LookupError(attr)
         if attr not in self.saved:
-            self.saved[attr] = (buf, _nbytes(buf))
-        if _nbytes(buf) >= size:
+            self.saved[attr] = (buf, nbytes(buf))
+        if nbytes(buf) >= size:
             return
         per = max(1, int(buf.element_size()))
         n = -(-size // per)
@@ -292,7 +290,7 @@ class _Grown:
 
     def after(self, attr: str) -> int:
         buf = getattr(self.wrapper, attr, None)
-        return _nbytes(buf) if buf is not None else 0
+        return nbytes(buf) if buf is not None else 0
 
 
 _BUFFERS = {"float": ("_float_workspace_buffer",),
@@ -307,7 +305,7 @@ def _recover(wrapper, orig, args, kwargs, first, info):
     main = _BUFFERS[kind][0]
     if getattr(wrapper, main, None) is None:
         return False, None
-    before = {k: _nbytes(getattr(wrapper, _BUFFERS[k][0])) for k in _BUFFERS
+    before = {k: nbytes(getattr(wrapper, _BUFFERS[k][0])) for k in _BUFFERS
               if getattr(wrapper, _BUFFERS[k][0], None) is not None}
     in_place = graphs_captured() == 0 and not _capturing()
     if not in_place and _in_graph(wrapper):
@@ -319,7 +317,7 @@ def _recover(wrapper, orig, args, kwargs, first, info):
     for _ in range(MAX_TRIES):
         kind = buffer_kind(info["name"])
         attrs = [a for a in _BUFFERS[kind] if getattr(wrapper, a, None) is not None]
-        have = _nbytes(getattr(wrapper, attrs[0]))
+        have = nbytes(getattr(wrapper, attrs[0]))
         used = have - info["available"]
         size = -(-(used + info["size"] + info["align"]) // MIB) * MIB
         try:

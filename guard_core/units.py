@@ -16,7 +16,7 @@ Nothing here imports another module.
 
 from __future__ import annotations
 
-__all__ = ["GIB", "KIB", "MIB", "fmt_mib", "fmt_mib_gib", "fmt_size"]
+__all__ = ["GIB", "KIB", "MIB", "fmt_mib", "fmt_mib_gib", "fmt_size", "nbytes"]
 
 KIB = 1 << 10
 MIB = 1 << 20
@@ -46,3 +46,8 @@ def fmt_size(n: int) -> str:
     if n >= KIB:
         return f"{n / KIB:.1f} KiB"
     return f"{n} B"
+
+
+def nbytes(buf) -> int:
+    """Bytes held by a tensor-like buffer (``numel() * element_size()``; no torch import)."""
+    return int(buf.numel() * buf.element_size())

@@ -34,6 +34,7 @@ from typing import Any
 from guard_core.patch_table import PatchTable, Wrap
 from guard_core.patching import PatchSet
 from guard_core.releases import NATIVE_VAR as _NATIVE_VARS
+from guard_core.units import nbytes
 from guard_core.workspace_decision import is_out_of_memory
 
 from ._log import log
@@ -171,7 +172,7 @@ class _Apply:
         self.field = getattr(self.module.envs, NATIVE_VAR)
         cached, where = self._cached()
         if cached is not None:
-            have = int(cached.numel() * cached.element_size())
+            have = nbytes(cached)
             dec = _decide(rec, have)
             if dec.allocate_bytes > have:
                 self._drop_cached(where)  # SGLang allocates again, through our get()
@@ -237,7 +238,7 @@ def _report(rec: WorkspaceRecord, backend) -> None:
     if dec is None:
         return
     buf = getattr(backend, "workspace_buffer", None)
-    have = int(buf.numel() * buf.element_size()) if buf is not None else None
+    have = nbytes(buf) if buf is not None else None
     if have is not None and dec.action in ("raise", "size", "exact") and have < dec.allocate_bytes:
         log().warning_once("workspace.short", f"workspace: SGLang allocated {have} bytes, below the decided "
                            f"{dec.allocate_bytes}; the guard could not apply its size here")

@@ -13,27 +13,23 @@ model runner shares the first builder's buffer) and ``apply``, the one place
 where a decision sets the buffer's size: vLLM allocates
 ``max(what it would allocate, need)`` through its own code, with its size
 source raised; where vLLM's own size is enough it is left alone.
-
-``decisions()`` lists the decisions applied in this process (tests).
 """
 
 from __future__ import annotations
 
 from guard_core.patch_table import PatchTable, Wrap
 from guard_core.patching import guarded, when_imported
+from guard_core.units import nbytes
 from guard_core.workspace_decision import is_out_of_memory
 
 from . import workspace_facts
 from ._log import get_log
 from .workspace_facts import NATIVE_VAR
 
-__all__ = ["BACKEND", "BUILDER", "install", "uninstall", "apply", "decisions"]
+__all__ = ["BACKEND", "BUILDER", "install", "uninstall", "apply"]
 
 BACKEND = "vllm.v1.attention.backends.flashinfer"
 BUILDER = "FlashInferMetadataBuilder"
-
-_applied: list = []  # every BuilderDecision given to apply(), oldest first
-
 
 def install(settings) -> None:
     if settings.workspace == "off":
@@ -51,15 +47,7 @@ def uninstall() -> None:
     from guard_core import safety_net
 
     _TABLE.undo()
-    _applied.clear()
     safety_net.uninstall()
-
-
-def decisions() -> list:
-    """The ``workspace_facts.BuilderDecision`` of every builder whose buffer the
-    guard sized in this process (facts, vLLM's size, the core's outcome), oldest
-    first; ``uninstall()`` forgets them."""
-    return list(_applied)
 
 
 def _on_backend_off(module) -> None:
@@ -135,12 +123,11 @@ def apply(builder, module, decided, allocate=None, shared=None):
     Our own steps are ``guarded``; vLLM's allocation itself is not.
     """
     log, dec, server = get_log(), decided.decision, decided.server_bytes or 0
-    _applied.append(decided)
     key = "workspace:" + dec.line if dec is not None else None
     if shared is not None:
         if dec is None or dec.action == "off":
             return shared
-        have, need = _nbytes(shared), int(dec.numbers.get("need_bytes", 0))
+        have, need = nbytes(shared), int(dec.numbers.get("need_bytes", 0))
         floor = dec.allocate_bytes if dec.action == "size" else need
         if have < floor:
             target = max(dec.allocate_bytes, floor)
@@ -178,7 +165,7 @@ def apply(builder, module, decided, allocate=None, shared=None):
         return allocate()
 
     def settle():  # the line with what vLLM really allocated; grown in place if still short
-        have = _nbytes(buf)
+        have = nbytes(buf)
         if have < target:
             buf.resize_(int(target))  # every holder of this tensor sees the larger buffer
             log.warning_once("workspace-grown:" + dec.line,
@@ -190,10 +177,6 @@ def apply(builder, module, decided, allocate=None, shared=None):
         guarded(log, "workspace", "workspace sizing", settle)
     held = getattr(builder, "_workspace_buffer", None)
     return held if held is not None else buf
-
-
-def _nbytes(buf) -> int:
-    return int(buf.numel() * buf.element_size())
 
 
 class _raised_size_source:
