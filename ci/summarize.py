@@ -8,6 +8,7 @@ from pathlib import Path
 def main(folder: str) -> int:
     passed = failed = skipped = 0
     rows = []
+    cases = []  # (seconds, report, test)
     for path in sorted(Path(folder).glob("*.xml")):
         try:
             root = ET.parse(path).getroot()
@@ -19,10 +20,21 @@ def main(folder: str) -> int:
         t = sum(int(s.get("tests", 0)) for s in suites)
         f = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
         sk = sum(int(s.get("skipped", 0)) for s in suites)
-        rows.append(f"{path.stem}: {t - f - sk} passed, {f} failed, {sk} skipped")
+        secs = sum(float(s.get("time", 0) or 0) for s in suites)
+        rows.append(f"{path.stem}: {t - f - sk} passed, {f} failed, {sk} skipped, {secs:.0f} s")
+        for c in root.iter("testcase"):
+            try:
+                cases.append((float(c.get("time", 0) or 0), path.stem, f"{c.get('classname', '')}::{c.get('name', '')}"))
+            except ValueError:
+                pass
         passed += t - f - sk
         failed += f
         skipped += sk
+    if cases:
+        # scenarios run ahead in a pool: a test's time includes waiting for the ones it reads
+        print("ten slowest tests:")
+        for secs, report, name in sorted(cases, reverse=True)[:10]:
+            print(f"  {secs:7.1f} s  {report}  {name}")
     for r in rows:
         print(r)
     if not rows:

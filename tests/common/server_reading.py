@@ -18,6 +18,7 @@ import subprocess
 import sys
 
 from guard_core.launch_command import LaunchError, load_table, parse_launch, table_versions
+from tests.common import forkserver
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CORPUS = os.path.join(REPO, "tests", "data", "model_configs")
@@ -81,7 +82,7 @@ def corpus_readings(reader_module: str, root: str) -> dict:
     cmd = [sys.executable, "-m", reader_module, *dirs]
     for tp in TPS:
         cmd += ["--tp", str(tp)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env, cwd=REPO)
+    p = forkserver.run(cmd, capture_output=True, text=True, timeout=1800, env=env, cwd=REPO)
     out = {}
     for line in p.stdout.splitlines():
         if line.startswith(MARK):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .compare import findings, guard_need, largest_real, ratio
 from .space import VLLM_GPUS, launch_command
+from tests.common import forkserver
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,7 +30,7 @@ def run_vllm(gpu: str, seed: int, n: int, cubins: bool = True, timeout: int = 36
                PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests" / "vllm")]))
     cmd = [sys.executable, str(REPO / "tests" / "vllm" / "realcalls_scenarios.py"), "gen", "--seed", str(seed),
            "--n", str(n), "--gpu", gpu, "--phases", "guard"] + ([] if cubins else ["--no-cubins"])
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=str(REPO))
+    proc = forkserver.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=str(REPO))
     out = [json.loads(line[len("RESULT: "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT: ")]
     if not out:
         out = [{"case": f"gen{seed}_{gpu}", "setup_error": f"no result (rc {proc.returncode}): {proc.stderr[-2000:]}"}]

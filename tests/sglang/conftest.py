@@ -14,6 +14,7 @@ import sys
 from importlib import metadata
 
 import pytest
+from tests.common import forkserver  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SGLANG = metadata.version("sglang")  # PackageNotFoundError: run inside a ci/sglang env
@@ -61,7 +62,7 @@ def _run(name, env, opts):
     e = {k: v for k, v in os.environ.items()
          if not k.startswith(("FLASHINFER_GUARD", "SGLANG_PLUGINS", "SGLANG_FLASHINFER"))}
     e.update(env or {})
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "scenarios.py"), name, json.dumps(opts)],
+    proc = forkserver.run([sys.executable, os.path.join(HERE, "scenarios.py"), name, json.dumps(opts)],
                           capture_output=True, text=True, env=e, timeout=900)
     return Run(proc)
 

@@ -23,6 +23,7 @@ import pytest
 
 from guard_core.server_defaults import GPU_MEMORY, Deployment, derive, sglang_default_workspace, sglang_tensor_core_decode
 from guard_core.gpus import find_spec
+from tests.common import forkserver  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -127,7 +128,7 @@ def _env():
 
 
 def _run(code, *argv):
-    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=_env(),
+    proc = forkserver.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=_env(),
                           timeout=900, cwd=REPO)
     lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, f"probe failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.common import server_reading as common
+from tests.common import forkserver  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -53,7 +54,7 @@ def test_case3_dp_attention_divides_attention_tp_and_chunk():
     assert (l.tp, l.attn_dp) == (8, 8)
     if "--attn-dp-size" in _server_options():  # 0.5.23: the new spelling means the same layout
         assert real("python -m sglang.launch_server --model-path m --tp 8 --attn-dp-size 8").attn_dp == 8
-    p = subprocess.run([sys.executable, "-m", "guard_core.cli", "plan", "--json", "--gpu", "b200", "--",
+    p = forkserver.run([sys.executable, "-m", "guard_core.cli", "plan", "--json", "--gpu", "b200", "--",
                         "python", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3-235B-A22B", "--tp", "8",
                         "--dp", "8", "--enable-dp-attention"], capture_output=True, text=True, cwd=str(REPO),
                        timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from conftest import FLASHINFER, HERE, SGLANG, Run, _key
+from tests.common import forkserver  # noqa: E402
 
 GUARDS = _key(FLASHINFER) < (0, 6, 16)  # FLASHINFER_GUARD_MOE=auto blocks on aarch64 below this
 PIPELINE = _key(SGLANG) >= (0, 5, 20)
@@ -23,7 +24,7 @@ def config(env=None, **opts):
         e = {k: v for k, v in os.environ.items()
              if not k.startswith(("FLASHINFER_GUARD", "SGLANG_PLUGINS", "SGLANG_FLASHINFER"))}
         e.update(env or {})
-        proc = subprocess.run([sys.executable, os.path.join(HERE, "moe_config_scenarios.py"), "config",
+        proc = forkserver.run([sys.executable, os.path.join(HERE, "moe_config_scenarios.py"), "config",
                                json.dumps(opts)], capture_output=True, text=True, env=e, timeout=900)
         _runs[key] = Run(proc)
     return _runs[key]

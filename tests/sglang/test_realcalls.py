@@ -23,6 +23,7 @@ import tempfile
 import pytest
 
 from conftest import SGLANG, Run, _key
+from tests.common import forkserver  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MIB = 1 << 20
@@ -58,7 +59,7 @@ def _spawn(env, opts):
     if os.environ.get("FLASHINFER_GUARD_CACHE"):  # where the planner library is cached
         e["FLASHINFER_GUARD_CACHE"] = os.environ["FLASHINFER_GUARD_CACHE"]
     e.update(env or {})
-    return subprocess.run([sys.executable, os.path.join(HERE, "realcalls_scenarios.py"), "run", json.dumps(opts)],
+    return forkserver.run([sys.executable, os.path.join(HERE, "realcalls_scenarios.py"), "run", json.dumps(opts)],
                           capture_output=True, text=True, env=e, timeout=900)
 
 

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from tests.common import forkserver  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -123,7 +124,7 @@ def _run(sid: str) -> Run:
                PYTHONPATH=os.pathsep.join([str(REPO), str(HERE)]))
     env.update(extra)
     try:
-        proc = subprocess.run([sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True,
+        proc = forkserver.run([sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True,
                               timeout=TIMEOUT_S, cwd=str(REPO))
     except subprocess.TimeoutExpired as exc:
         proc = subprocess.CompletedProcess(exc.cmd, -9, str(exc.stdout or ""), f"timeout after {TIMEOUT_S} s")

@@ -28,6 +28,7 @@ import pytest
 
 from guard_core.server_defaults import GPU_MEMORY, Deployment, default_workspace, derive
 from guard_core.gpus import find_spec
+from tests.common import forkserver  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -151,7 +152,7 @@ def vllm_says(gpu: str, args: dict) -> dict:
     if not _REAL:
         cases = {json.dumps([g, a], sort_keys=True): _case(g, a) for g, a in CASES + EXTRA}
         cases.setdefault(key, _case(gpu, args))
-        proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps(cases)], capture_output=True, text=True,
+        proc = forkserver.run([sys.executable, "-c", PROBE, json.dumps(cases)], capture_output=True, text=True,
                               env=_env(), timeout=1200, cwd=str(REPO))
         lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
         assert proc.returncode == 0 and lines, f"probe failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.common import server_reading as common
+from tests.common import forkserver  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -114,7 +115,7 @@ def test_unknown_and_bad_values_refused_like_the_server():
 
 
 def test_case10_plan_simulates_the_installed_line_by_default():
-    p = subprocess.run([sys.executable, "-m", "guard_core.cli", "plan", "--json", "--gpu", "b300", "--",
+    p = forkserver.run([sys.executable, "-m", "guard_core.cli", "plan", "--json", "--gpu", "b300", "--",
                         "vllm", "serve", "nvidia/Qwen3.5-397B-A17B-NVFP4", "--max-num-seqs", "528"],
                        capture_output=True, text=True, cwd=str(REPO), timeout=600,
                        env={**os.environ, **ENV, "PYTHONPATH": str(REPO)})
@@ -128,7 +129,7 @@ def test_case10_plan_simulates_the_installed_line_by_default():
 def test_case11_huge_values_and_deep_json_are_one_line_exit_2():
     for tail in (["--max-num-seqs", "134217728", "--max-cudagraph-capture-size", "134217728"],
                  ["-cc", "{\"a\":" * 5000 + "1" + "}" * 5000]):
-        p = subprocess.run([sys.executable, "-m", "guard_core.cli", "plan", "--gpu", "b300", "--", "vllm", "serve",
+        p = forkserver.run([sys.executable, "-m", "guard_core.cli", "plan", "--gpu", "b300", "--", "vllm", "serve",
                             "m"] + tail, capture_output=True, text=True, cwd=str(REPO), timeout=300,
                            env={**os.environ, **ENV, "PYTHONPATH": str(REPO)})
         assert p.returncode == 2, (p.returncode, p.stderr[-1000:])

@@ -18,6 +18,7 @@ import sys
 import pytest
 
 from tests.common.server_reading import CORPUS, TPS, corpus, corpus_readings
+from tests.common import forkserver  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -101,7 +102,7 @@ def test_plan_uses_vllms_reading_and_says_the_builtin_agrees(tmp_path):
     d.mkdir()
     shutil.copy(os.path.join(CORPUS, "gpt-oss-20b.json"), d / "config.json")
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    p = subprocess.run([sys.executable, "-m", "guard_core.cli", "plan", "--json", "--model", str(d),
+    p = forkserver.run([sys.executable, "-m", "guard_core.cli", "plan", "--json", "--model", str(d),
                         "--framework-version", "0.23.0", "--gpu", "h100", "--tp", "8"],
                        capture_output=True, text=True, timeout=600, env=env, cwd=REPO)
     assert p.returncode == 0, p.stderr[-1000:]
@@ -117,7 +118,7 @@ def test_groups_of_different_head_dims_share_one_buffer_big_enough_for_both():
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), HF_HUB_OFFLINE="1")
     runs = {}
     for label, extra in (("guard", {}), ("baseline", {"FG_TEST_NO_PLUGINS": "1", "VLLM_PLUGINS": ""})):
-        p = subprocess.run([sys.executable, os.path.join(HERE, "groups_scenarios.py")], capture_output=True,
+        p = forkserver.run([sys.executable, os.path.join(HERE, "groups_scenarios.py")], capture_output=True,
                            text=True, timeout=900, env=dict(env, **extra), cwd=HERE)
         lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT: ")]
         assert p.returncode == 0 and lines, p.stdout[-2000:] + p.stderr[-2000:]

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from conftest import MIB
+from tests.common import forkserver  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -84,7 +85,7 @@ def _run_group(group: str) -> GroupRun:
                PYTHONPATH=os.pathsep.join([str(REPO), str(HERE)]))
     t0 = time.time()
     try:
-        proc = subprocess.run([sys.executable, str(SCRIPT), group], env=env, capture_output=True, text=True,
+        proc = forkserver.run([sys.executable, str(SCRIPT), group], env=env, capture_output=True, text=True,
                               timeout=TIMEOUT_S, cwd=str(REPO))
     except subprocess.TimeoutExpired as exc:
         proc = subprocess.CompletedProcess(exc.cmd, -9, str(exc.stdout or ""), f"timeout after {TIMEOUT_S} s")
@@ -344,7 +345,7 @@ def _run_seed(*extra: str, env_extra: dict | None = None) -> GroupRun:
            if not k.startswith(("FLASHINFER_GUARD", "VLLM_", "FG_TEST_")) and k != "PYTHONDONTWRITEBYTECODE"}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1",
                PYTHONPATH=os.pathsep.join([str(REPO), str(HERE)]), **(env_extra or {}))
-    proc = subprocess.run([sys.executable, str(SCRIPT), "l40s", "--cases", "seed", "--phases", "guard", *extra],
+    proc = forkserver.run([sys.executable, str(SCRIPT), "l40s", "--cases", "seed", "--phases", "guard", *extra],
                           env=env, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=str(REPO))
     return GroupRun("l40s", proc, 0.0)
 
