@@ -51,6 +51,11 @@ EXCLUDED = frozenset({
 ENV_PREFIXES_SERVED = ("FLASHINFER_GUARD", "VLLM_", "SGLANG_", "FG_", "PYTHONPATH", "PYTEST_", "PYTHONUNBUFFERED",
                        "PYTHONDONTWRITEBYTECODE")
 _SAME_AS_SUBPROCESS = object()
+# set in the zygote (and the discovery process) only, never in a child: no guard anywhere in the
+# zygote; and torch's inductor (torch 2.8, SGLang 0.5.5's pin) must not warm its compile-worker pool
+# at import (torch/_inductor/async_compile.py: a subprocess pool and a reader thread, which a fork
+# cannot share). A child therefore has no warm inductor pool; no scenario compiles with inductor.
+ZYGOTE_ENV = {"FLASHINFER_GUARD": "0", "TORCH_WARM_POOL": "0"}
 
 
 def _enabled() -> bool:
@@ -76,7 +81,7 @@ class ForkServer:
     def _start(self) -> None:
         if self._proc is not None or self.broken:
             return
-        env = dict(self.env, FLASHINFER_GUARD="0", PYTHONUNBUFFERED="1")  # no guard anywhere in the zygote
+        env = dict(self.env, PYTHONUNBUFFERED="1", **ZYGOTE_ENV)
         modules = _discovered(tuple(self._discover), self.env)
         self._listing = tempfile.NamedTemporaryFile("w", prefix="fg-zygote-", suffix=".json", delete=False)
         json.dump(modules, self._listing)
@@ -270,7 +275,7 @@ def _discover_modules(entry: list[str], env: dict[str, str]) -> list[str]:
             "for m in json.loads(sys.argv[1]):\n"
             "    try:\n        importlib.import_module(m)\n    except BaseException:\n        pass\n"
             "print('MODULES ' + json.dumps(list(sys.modules)))\n")
-    env = dict(env, FLASHINFER_GUARD="0")
+    env = dict(env, **ZYGOTE_ENV)
     p = subprocess.run([sys.executable, "-c", code, json.dumps(entry)], capture_output=True, text=True, env=env,
                        timeout=600)
     for line in p.stdout.splitlines():

@@ -1,4 +1,5 @@
-"""Run each SGLang scenario in its own fresh interpreter of the current env.
+"""Run each SGLang scenario in its own process of the current env (a forked child of one warm
+interpreter, tests/common/forkserver.py; a fresh interpreter where start-up itself is tested).
 
 These tests need a real SGLang installed in the interpreter running pytest
 (``ci/sglang/install.sh VERSION`` makes one; ``ci/sglang/run_tests.sh`` runs all
@@ -43,6 +44,10 @@ class Run:
 
 
 _runs: dict = {}
+# scenarios about what a plain interpreter of this environment has loaded at start-up (nothing heavy):
+# a forked child of the warm scenario interpreter (tests/common/forkserver.py) has torch loaded, so
+# these run as fresh interpreters
+FRESH = {"no_sglang"}
 
 
 @pytest.fixture
@@ -63,6 +68,7 @@ def _run(name, env, opts):
          if not k.startswith(("FLASHINFER_GUARD", "SGLANG_PLUGINS", "SGLANG_FLASHINFER"))}
     e.update(env or {})
     proc = forkserver.run([sys.executable, os.path.join(HERE, "scenarios.py"), name, json.dumps(opts)],
-                          capture_output=True, text=True, env=e, timeout=900)
+                          capture_output=True, text=True, env=e, timeout=900,
+                          fresh=name in FRESH)
     return Run(proc)
 
