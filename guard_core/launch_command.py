@@ -40,7 +40,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from .command_limits import MAX_JSON_DEPTH, LaunchError, check_json_text
+from .command_limits import MAX_JSON_DEPTH, LaunchError, bounded_config_text, check_json_text
 from .server_defaults import framework_label
 from .releases import NATIVE_VAR
 
@@ -375,16 +375,7 @@ def native_workspace(framework: str, env: dict, environ) -> tuple[int | None, st
 
 def load_yaml(path: str) -> dict:
     """A server --config file: PyYAML where installed, else the flat/one-level subset both servers document."""
-    try:
-        if os.path.getsize(path) > (1 << 20):
-            raise LaunchError(f"--config {path!r} in the launch command: larger than 1 MiB")
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise LaunchError(f"--config {path!r} in the launch command: cannot read it ({exc.strerror})") from None
-    except (ValueError, UnicodeError) as exc:  # a NUL byte in the path, a file that is not UTF-8
-        raise LaunchError(f"--config {path!r} in the launch command: cannot read it ({type(exc).__name__})") from None
-    check_json_text(f"--config {path}", text)
+    text = bounded_config_text(path)  # file, size, nesting, aliases: the same line as the server reader
     try:
         import yaml  # noqa: F401
     except ImportError:

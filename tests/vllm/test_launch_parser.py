@@ -250,3 +250,10 @@ def test_generated_commands_resolve_the_same_through_both_readers(seed, tmp_path
         assert len(s.not_read) == len(b.not_read), (cmd, s.not_read, b.not_read)
         checked += 1
     assert checked >= 40  # most generated commands are valid ones
+
+
+def test_config_files_bounded_and_refused_in_one_line(tmp_path):
+    """Issue 29, items 4-5: hostile --config files refused alike by both readers before vLLM's
+    parser opens them; vLLM's parser's own errors on malformed files as one line naming the file
+    (before: ParserError / AttributeError escaped as "internal error", exit 1)."""
+    common.assert_config_files_read_alike(["vllm", "serve", "M"], VLLM, str(tmp_path))
