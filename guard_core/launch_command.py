@@ -287,10 +287,8 @@ def _human_int(opt: str, value, hi: int, auto: bool = False) -> int | None:
     m = _HUMAN_RE.fullmatch(t) if t.isascii() else None
     if m:
         number, suffix = m.groups()
-        if suffix in "kmgt":
-            whole, _, frac = number.partition(".")
-            mult = 10 ** (3 * "kmgt".index(suffix) + 3)
-            v = (int(whole) * 10 ** len(frac) + int(frac or 0)) * mult // 10 ** len(frac)
+        if suffix in "kmgt":  # through a float, as vLLM does: 8.19k is 8189 (argparse_utils.py 0.23.0:58)
+            v = int(float(number) * 10 ** (3 * "kmgt".index(suffix) + 3))
         elif "." in number:
             raise LaunchError(f"{opt} in the launch command: no decimals with a binary suffix, got {_show(t)}")
         else:
@@ -1144,6 +1142,28 @@ def image_line(framework: str, form: str) -> str | None:
         return None
     t = _TAG_RE.match(tag)
     return t.group(1) if t else None
+
+
+def image_tag_note(framework: str, form: str) -> tuple[str | None, str | None]:
+    """(the line to simulate, None) where the image tag names a release of a line read here
+    (``releases.CHECKED_LINES``); else (None, why the tag is not mapped) for an image of that
+    server with a tag (a pre-release, a line not read, latest/nightly), (None, None) otherwise."""
+    from .releases import CHECKED_LINES, LINE_PARTS
+
+    m = _IMAGE_RE.search(form)
+    repo, _, tag = m.group(1).rstrip(":").partition("@")[0].rpartition(":") if m else ("", "", "")
+    if not repo or framework not in repo.rsplit("/", 1)[-1]:
+        return None, None
+    version = image_line(framework, form)
+    parts = LINE_PARTS[framework]
+    if version is not None:
+        if any(v.split(".")[:parts] == version.split(".")[:parts] for v in CHECKED_LINES[framework]):
+            return version, None
+        return None, (f"it names {framework_label(framework)} {version}, a line not read here (read: "
+                      f"{', '.join(CHECKED_LINES[framework])})")
+    if re.match(r"v?\d+\.\d+", tag):
+        return None, "it names a pre-release or build, not a released line"
+    return None, "it names no release"
 
 
 def attention_backend_note(launch: Launch) -> str | None:
