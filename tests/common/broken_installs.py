@@ -9,7 +9,8 @@ the three packages in its own directory, which the runner puts first on sys.path
 the real install).
 
 The runner (``python -m tests.common.broken_installs vllm|sglang LIST.json OUT.json``)
-imports the framework's plugin loader once and, for each install, forgets every
+imports the framework's plugin loader once (SGLang < 0.5.11 has none: the .pth
+bootstrap's own hand-over, ``_pth._on_sglang_executed`` on the real sglang spec) and, for each install, forgets every
 module of ours and every import hook we added (sys.modules, sys.meta_path,
 sys.path_hooks, sys.path, importlib's caches), resets the loader's once-per-process
 flag and calls the real loader, recording whether an exception escaped and every
@@ -178,12 +179,32 @@ def _loader(framework: str):
             plugins.plugins_loaded = False
 
         return plugins.load_general_plugins, reset, ("vllm", "")  # vllm's tree does not propagate
-    import sglang.srt.plugins as plugins
+    try:
+        import sglang.srt.plugins as plugins
+    except ImportError:  # SGLang < 0.5.11: the .pth route (run by run() before each load)
+        return _pth_route(), (lambda: None), ("sglang", "")
 
     def reset():
         plugins._plugins_loaded = False
 
     return plugins.load_plugins, reset, ("sglang", "")
+
+
+def _pth_route():
+    """What the .pth bootstrap's watcher does when ``sglang`` executes, on the real sglang
+    spec (sglang itself is imported already: its import is not run again)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sglang")
+
+    def load():
+        pth = sys.modules.get("sglang_guard._pth")
+        watcher, hand_over = getattr(pth, "_SglangWatcher", None), getattr(pth, "_on_sglang_executed", None)
+        if watcher is None or hand_over is None:  # the .pth said why, or a module cut/emptied installs
+            return                                # no watcher: sglang's import would go on without it
+        watcher.fired = False
+        hand_over(spec)
+    return load
 
 
 def _pth_line() -> str:

@@ -196,6 +196,7 @@ def test_bootstrap_import_is_cheap(dirs):
 @pytest.mark.parametrize("broken, how, cause", [
     ("guard_core/lifecycle.py", "removed", "cannot import name 'lifecycle'"),  # an interrupted upgrade
     ("sglang_guard/plugin.py", "emptied", "cannot import name 'register'"),    # the adapter itself lost
+    ("sglang_guard/_pth.py", "emptied", "no bootstrap in"),                      # the bootstrap itself lost
 ])
 def test_a_broken_install_costs_one_warning_not_the_import(dirs, tmp_path, broken, how, cause):
     """Issue 29: the .pth route caught a half-installed package silently; now SGLang still
