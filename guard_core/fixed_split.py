@@ -32,7 +32,7 @@ from .settings import WORKSPACE_MAX, Settings
 from .sizing import compute_requirement, fixed_split_fixes, longest_fitting_context, round_up_mib
 from .units import GIB, fmt_mib, fmt_mib_gib
 
-__all__ = ["SGLANG_FORCED_BYTES", "assess", "gpu_memory_bytes", "split_sizes_from_env"]
+__all__ = ["SGLANG_FORCED_BYTES", "assess", "gpu_memory_bytes", "sglang_min_kv_pool_tokens", "split_sizes_from_env"]
 
 # SGLang's own names (flashinfer_backend.py, read with get_int_env_var)
 PREFILL_SPLIT_VAR = "SGLANG_FLASHINFER_PREFILL_SPLIT_TILE_SIZE"
@@ -40,6 +40,17 @@ DECODE_SPLIT_VAR = "SGLANG_FLASHINFER_DECODE_SPLIT_TILE_SIZE"
 DEFAULT_PREFILL_SPLIT = 4096
 DEFAULT_DECODE_SPLIT = 2048
 SGLANG_FORCED_BYTES = 2048 * 1024 * 1024  # envs.SGLANG_FLASHINFER_WORKSPACE_SIZE.set(2048 * 1024 * 1024)
+
+
+def sglang_min_kv_pool_tokens(line: str | None) -> int:
+    """The smallest KV pool (tokens) SGLang starts with. Its scheduler asserts "Memory pool
+    size is too small" unless ``max_req_len = min(context_len - 1, pool - 1) > 0`` and, before
+    0.5.23, ``max_req_input_len = max_req_len - 5 > 0`` (managers/tp_worker.py 0.5.5:295-302,
+    0.5.11:302-309; 0.5.23:421-425 checks max_req_len only). The lines between 0.5.11 and
+    0.5.23 were not read: taken as 0.5.11."""
+    from .versions import is_version, version_lt
+
+    return 2 if line and is_version(line) and not version_lt(line, "0.5.23") else 7
 
 
 def split_sizes_from_env(environ) -> tuple[int | None, int | None, list[str]]:

@@ -40,7 +40,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from .command_limits import MAX_JSON_DEPTH, LaunchError, check_json_text
+from .command_limits import MAX_JSON_DEPTH, LaunchError, bounded_config_text, check_json_text
 from .server_defaults import framework_label
 from .releases import NATIVE_VAR
 
@@ -287,10 +287,8 @@ def _human_int(opt: str, value, hi: int, auto: bool = False) -> int | None:
     m = _HUMAN_RE.fullmatch(t) if t.isascii() else None
     if m:
         number, suffix = m.groups()
-        if suffix in "kmgt":
-            whole, _, frac = number.partition(".")
-            mult = 10 ** (3 * "kmgt".index(suffix) + 3)
-            v = (int(whole) * 10 ** len(frac) + int(frac or 0)) * mult // 10 ** len(frac)
+        if suffix in "kmgt":  # through a float, as vLLM does: 8.19k is 8189 (argparse_utils.py 0.23.0:58)
+            v = int(float(number) * 10 ** (3 * "kmgt".index(suffix) + 3))
         elif "." in number:
             raise LaunchError(f"{opt} in the launch command: no decimals with a binary suffix, got {_show(t)}")
         else:
@@ -375,16 +373,7 @@ def native_workspace(framework: str, env: dict, environ) -> tuple[int | None, st
 
 def load_yaml(path: str) -> dict:
     """A server --config file: PyYAML where installed, else the flat/one-level subset both servers document."""
-    try:
-        if os.path.getsize(path) > (1 << 20):
-            raise LaunchError(f"--config {path!r} in the launch command: larger than 1 MiB")
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise LaunchError(f"--config {path!r} in the launch command: cannot read it ({exc.strerror})") from None
-    except (ValueError, UnicodeError) as exc:  # a NUL byte in the path, a file that is not UTF-8
-        raise LaunchError(f"--config {path!r} in the launch command: cannot read it ({type(exc).__name__})") from None
-    check_json_text(f"--config {path}", text)
+    text = bounded_config_text(path)  # file, size, nesting, aliases: the same line as the server reader
     try:
         import yaml  # noqa: F401
     except ImportError:
@@ -1153,6 +1142,28 @@ def image_line(framework: str, form: str) -> str | None:
         return None
     t = _TAG_RE.match(tag)
     return t.group(1) if t else None
+
+
+def image_tag_note(framework: str, form: str) -> tuple[str | None, str | None]:
+    """(the line to simulate, None) where the image tag names a release of a line read here
+    (``releases.CHECKED_LINES``); else (None, why the tag is not mapped) for an image of that
+    server with a tag (a pre-release, a line not read, latest/nightly), (None, None) otherwise."""
+    from .releases import CHECKED_LINES, LINE_PARTS
+
+    m = _IMAGE_RE.search(form)
+    repo, _, tag = m.group(1).rstrip(":").partition("@")[0].rpartition(":") if m else ("", "", "")
+    if not repo or framework not in repo.rsplit("/", 1)[-1]:
+        return None, None
+    version = image_line(framework, form)
+    parts = LINE_PARTS[framework]
+    if version is not None:
+        if any(v.split(".")[:parts] == version.split(".")[:parts] for v in CHECKED_LINES[framework]):
+            return version, None
+        return None, (f"it names {framework_label(framework)} {version}, a line not read here (read: "
+                      f"{', '.join(CHECKED_LINES[framework])})")
+    if re.match(r"v?\d+\.\d+", tag):
+        return None, "it names a pre-release or build, not a released line"
+    return None, "it names no release"
 
 
 def attention_backend_note(launch: Launch) -> str | None:

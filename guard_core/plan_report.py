@@ -156,6 +156,7 @@ def build(a, resolve_gpu, environ=None) -> dict:
     fixed_info = None
     if det:
         limits, fixed_info = _deterministic_limits(a, L, limits, gpu, notes)
+        _check_kv_pool(fixed_info.get("kv_pool_tokens"), line)
     sized = _size_groups(a, fw, gpu, fi, choice, rank_groups, limits, defaults.get("page_size"), kv_bytes)
     if choice.missing:
         p = sized["planners"]
@@ -187,11 +188,21 @@ def _read_launch(a, environ, notes: list):
                               environ=os.environ if environ is None else environ)
     except LaunchError as exc:
         raise PlanUsageError(str(exc)) from None
-    if launch.image_line and not getattr(a, "framework_version", None):
-        # the image the command runs pins the server: simulate its line, not the one installed here
-        a.framework_version = launch.image_line
-        notes.append(f"simulating {framework_label(launch.framework)} {launch.image_line}: the image tag of the "
-                     "launch command")
+    if not getattr(a, "framework_version", None):
+        # the image the command runs pins the server: simulate its line, not the one installed
+        # here, where the tag names a release of a line read here; else say which line and why
+        from .launch_command import image_tag_note, split_command
+        from .server_defaults import DEFAULT_LINE
+
+        _fw, form, _t, _e = split_command(list(a.launch))
+        line, why = image_tag_note(launch.framework, form)
+        label = framework_label(launch.framework)
+        if line:
+            a.framework_version = line
+            notes.append(f"simulating {label} {line}: the image tag of the launch command")
+        elif why:
+            notes.append(f"the launch command's image tag is not mapped to a line: {why}; simulating {label} "
+                         f"{DEFAULT_LINE[launch.framework]}, the default line (--framework-version to change)")
     return launch
 
 
@@ -499,6 +510,17 @@ def _report_fields(fw, gpu, tp_v, dcp_v, kv_bytes, kv_dtype, mg, sized: dict, li
         "planner_notes": pl_info["notes"],
         "scenarios": scen,
     }
+
+
+def _check_kv_pool(pool, line) -> None:
+    """A KV pool SGLang would refuse at start-up is refused here too (not sized to "need 0")."""
+    from .fixed_split import sglang_min_kv_pool_tokens
+
+    least = sglang_min_kv_pool_tokens(line)
+    if pool is not None and pool < least:
+        raise PlanUsageError(f"a KV pool of {pool} tokens (--kv-pool-tokens / --max-total-tokens): SGLang {line} "
+                             f"refuses to start under {least} (\"Memory pool size is too small\", "
+                             "managers/tp_worker.py)")
 
 
 def _deterministic_limits(a, L, limits, gpu, notes):

@@ -31,9 +31,17 @@ together (FlashInfer copies one into the other, so both must hold the plan).
 One warning names both numbers.
 
 Where it cannot help (a graph holds the buffer, the device cannot give the
-memory, the error persists), it gives back what it grew and FlashInfer's
-original exception propagates unchanged: the same object, its cause and context
-as FlashInfer raised them.
+memory, the error persists, the retry raises anything else), it gives back
+exactly what the owner handed in (the same tensor object on the same storage:
+a buffer grown in place was pointed at a larger storage with ``Tensor.set_``,
+the owner's own storage kept aside) with one warning naming why, and
+FlashInfer's original exception propagates unchanged: the same object, its
+cause and context as FlashInfer raised them.
+
+Threads: every wrapped plan holds one re-entrant lock per workspace buffer it
+uses (float, then int, then the pinned mirror: one order, no deadlock), so two
+threads never grow, re-plan or give back the same buffer at once, and no thread
+plans into a storage another thread is replacing.
 
 It never replaces a buffer that a captured CUDA graph holds:
 
@@ -49,9 +57,11 @@ imports them, and the tensors are handled through their own methods.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import threading
+import weakref
 
 from .patch_table import PatchTable, Wrap
 from .patching import PatchSet, is_wrapped
@@ -90,6 +100,8 @@ HOOK_KEY = "safety_net:"
 _state = {"captured": 0, "log": None, "installed": False}
 _patches = PatchSet()  # every wrap of the net, undone by uninstall() (the table's PatchSet)
 _local = threading.local()
+_locks_lock = threading.Lock()
+_buffer_locks: dict[int, threading.RLock] = {}  # id(buffer) -> its lock, dropped with the buffer
 
 
 def parse_overflow(exc: BaseException) -> dict | None:
@@ -228,27 +240,57 @@ def _in_graph(wrapper) -> bool:
     return True  # unknown: assume a graph may hold it
 
 
+def _buffer_lock(buf) -> threading.RLock:
+    key = id(buf)
+    with _locks_lock:
+        lock = _buffer_locks.get(key)
+        if lock is None:
+            lock = _buffer_locks[key] = threading.RLock()
+            try:
+                weakref.finalize(buf, _buffer_locks.pop, key, None)
+            except TypeError:  # not weak-referenceable: the lock stays
+                pass
+    return lock
+
+
+def _locked(wrapper) -> contextlib.ExitStack:
+    """Hold the lock of every workspace buffer of ``wrapper``, in one order (float, int, pinned)."""
+    stack = contextlib.ExitStack()
+    try:
+        seen = set()
+        for attrs in _BUFFERS.values():
+            for attr in attrs:
+                buf = getattr(wrapper, attr, None)
+                if buf is not None and id(buf) not in seen:
+                    seen.add(id(buf))
+                    stack.enter_context(_buffer_lock(buf))
+    except Exception:  # a wrapper we cannot read: plan as without us
+        pass
+    return stack
+
+
 def _make_plan(orig):
     def plan(self, *args, **kwargs):
         if getattr(_local, "depth", 0):  # an outer entry point of ours handles the overflow
             return orig(self, *args, **kwargs)
         _local.depth = 1
         try:
-            try:
-                return orig(self, *args, **kwargs)
-            except RuntimeError as exc:
-                info = parse_overflow(exc)
-                if info is None:
-                    raise
-                first = exc
-            # outside the except block: nothing of ours gets chained to FlashInfer's error
-            try:
-                done, out = _recover(self, orig, args, kwargs, first, info)
-            except Exception:
-                done, out = False, None
-            if done:
-                return out
-            raise first
+            with _locked(self):
+                try:
+                    return orig(self, *args, **kwargs)
+                except RuntimeError as exc:
+                    info = parse_overflow(exc)
+                    if info is None:
+                        raise
+                    first = exc
+                # outside the except block: nothing of ours gets chained to FlashInfer's error
+                try:
+                    done, out = _recover(self, orig, args, kwargs, first, info)
+                except Exception:
+                    done, out = False, None
+                if done:
+                    return out
+                raise first
         finally:
             _local.depth = 0
     return plan
@@ -259,38 +301,51 @@ class _Grown:
 
     def __init__(self, wrapper, in_place: bool):
         self.wrapper, self.in_place = wrapper, in_place
-        self.saved: dict[str, tuple] = {}  # attr -> (tensor, bytes before)
+        # attr -> (tensor, bytes before, the owner's storage as handed in or None)
+        self.saved: dict[str, tuple] = {}
 
     def grow(self, attr: str, size: int) -> None:
         buf = getattr(self.wrapper, attr, None)
         if buf is None:
             raise LookupError(attr)
         if attr not in self.saved:
-            self.saved[attr] = (buf, nbytes(buf))
+            self.saved[attr] = (buf, nbytes(buf), _storage_of(buf) if self.in_place else None)
         if nbytes(buf) >= size:
             return
         per = max(1, int(buf.element_size()))
         n = -(-size // per)
-        if self.in_place:
-            buf.resize_(n)
-        else:
+        if not self.in_place:
             setattr(self.wrapper, attr, self.saved[attr][0].new_empty(n))
+        elif self.saved[attr][2] is not None:
+            buf.set_(buf.new_empty(n))  # the owner's storage stays untouched, kept for give_back
+        else:
+            buf.resize_(n)
 
     def give_back(self) -> None:
-        for attr, (buf, before) in self.saved.items():
+        for attr, (buf, before, storage) in self.saved.items():
             try:
-                if self.in_place:
+                if not self.in_place:
+                    setattr(self.wrapper, attr, buf)
+                elif storage is not None:
+                    buf.set_(*storage)  # exactly what the owner handed in: same storage, same view
+                else:
                     per = max(1, int(buf.element_size()))
                     # a fresh storage of the old size: resize_ alone would keep the grown capacity
                     buf.set_(buf.new_empty(before // per))
-                else:
-                    setattr(self.wrapper, attr, buf)
             except Exception:
                 pass
 
     def after(self, attr: str) -> int:
         buf = getattr(self.wrapper, attr, None)
         return nbytes(buf) if buf is not None else 0
+
+
+def _storage_of(buf):
+    """(storage, offset, size, stride) of a torch tensor, to point it back there; None elsewhere."""
+    try:
+        return (buf.untyped_storage(), buf.storage_offset(), tuple(buf.size()), tuple(buf.stride()))
+    except Exception:
+        return None
 
 
 _BUFFERS = {"float": ("_float_workspace_buffer",),
@@ -314,6 +369,18 @@ def _recover(wrapper, orig, args, kwargs, first, info):
                   f"buffer; FlashInfer's error left as is")
         return False, None
     grown = _Grown(wrapper, in_place)
+    try:
+        return _grow_and_retry(wrapper, orig, args, kwargs, first, info, grown, before)
+    except BaseException as exc:  # ours or an interrupt: the owner's storage back, then up
+        grown.give_back()
+        _say(log, f"safety net: gave up on {first_name(first)} ({_one_line(exc)}); grown memory given back")
+        raise
+
+
+def _grow_and_retry(wrapper, orig, args, kwargs, first, info, grown, before):
+    """Grow and plan again, up to MAX_TRIES; on any failure everything grown is given back
+    and one warning says why."""
+    log, in_place, failed = _state["log"], grown.in_place, None
     for _ in range(MAX_TRIES):
         kind = buffer_kind(info["name"])
         attrs = [a for a in _BUFFERS[kind] if getattr(wrapper, a, None) is not None]
@@ -330,9 +397,10 @@ def _recover(wrapper, orig, args, kwargs, first, info):
             return False, None
         try:
             out = orig(wrapper, *args, **kwargs)
-        except RuntimeError as again:
-            nxt = parse_overflow(again)
+        except Exception as again:  # any type: ValueError, MemoryError, FlashInfer's own
+            nxt = parse_overflow(again) if isinstance(again, RuntimeError) else None
             if nxt is None:
+                failed = again
                 break
             info = nxt
             continue
@@ -344,9 +412,16 @@ def _recover(wrapper, orig, args, kwargs, first, info):
                   f"of {before.get(buffer_kind(first_name(first)), 0) / MIB:.0f} MiB); {how}: {sizes}, plan retried")
         return True, out
     grown.give_back()
-    _say(log, f"safety net: FlashInfer plan() still overflows after growing the workspace ({first_name(first)}); "
+    why = f"failed differently when retried ({_one_line(failed)})" if failed is not None else \
+        "still overflows after growing the workspace"
+    _say(log, f"safety net: FlashInfer plan() {why} ({first_name(first)}); "
               f"grown memory given back, FlashInfer's error propagates")
     return False, None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def first_name(exc) -> str:

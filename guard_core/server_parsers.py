@@ -124,6 +124,35 @@ def _sglang_merge_config(parser, argv: list[str]) -> list[str]:
     return merger.merge_config_with_args(argv)
 
 
+def _check_config_files(tokens: list[str]) -> None:
+    """Every ``--config`` file passes the built-in reader's bounds (a regular file, at most
+    1 MiB, few YAML aliases, bounded depth) before the server's parser opens it: a FIFO would
+    hang it, /dev/zero or an alias bomb exhaust memory. Same refusal line as the built-in reader."""
+    from .command_limits import bounded_config_text
+
+    # the token after each "--config", wherever it stands: what both servers open (vLLM
+    # FlexibleArgumentParser._pull_args_from_config, vllm/utils/argparse_utils.py 0.23.0:298,477-489;
+    # SGLang ConfigArgumentMerger._extract_config_file_path, srt/server_args_config_parser.py 0.5.11:84-98)
+    for i, t in enumerate(tokens[:-1]):
+        if t == "--config":
+            bounded_config_text(tokens[i + 1])
+
+
+def _refusal(label: str, tokens: list[str], exc: BaseException):
+    """The server parser's refusal as one line: the --config file it read, if any, and the
+    parser's own message with its line breaks folded (PyYAML's messages span several lines)."""
+    from .command_limits import LaunchError
+
+    configs = [tokens[i + 1] for i, t in enumerate(tokens[:-1]) if t == "--config"]
+    where = f" (--config {configs[0]!r})" if configs else ""
+    msg = " ".join(str(exc).split())
+    if not isinstance(exc, (_Refused, ValueError, AssertionError, OSError)):
+        msg = f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
+    if len(msg) > 300:
+        msg = msg[:297] + "..."
+    return LaunchError(f"{label}'s own parser refuses the launch command{where}: {msg}")
+
+
 def server_read(framework: str, form: str, tokens: list[str]) -> tuple[dict, list]:
     """(namespace dict, [(dest, option string, values), ...]) from the installed server's parser.
     Raises ``ServerParserUnavailable`` when it cannot be built, ``LaunchError`` when it refuses
@@ -131,6 +160,7 @@ def server_read(framework: str, form: str, tokens: list[str]) -> tuple[dict, lis
     from .command_limits import MAX_JSON_DEPTH, LaunchError, check_json_text
     from .server_defaults import framework_label
 
+    _check_config_files(tokens)
     for t in tokens:  # the parsers json.loads option values and nest dotted keys: bound the nesting first
         if t[:1] in "[{" or (t.startswith("-") and "{" in t):
             check_json_text("a JSON option", t.split("=", 1)[-1] if t.startswith("-") else t)
@@ -149,20 +179,18 @@ def server_read(framework: str, form: str, tokens: list[str]) -> tuple[dict, lis
             argv = ["serve"] + list(tokens)
             try:
                 ns = top.parse_args(argv)
-            except (_Refused, ValueError, AssertionError, OSError) as exc:
-                raise LaunchError(f"{framework_label(framework)}'s own parser refuses the launch command: "
-                                  f"{str(exc)[:300]}") from None
             except RecursionError:
                 raise LaunchError("a JSON option in the launch command is nested too deeply") from None
+            except Exception as exc:  # anything the parser raises (a YAML error, a list at the top): one line
+                raise _refusal(framework_label(framework), tokens, exc) from None
         else:
             p = _sglang_parser()
             _record(p)
             try:
                 argv = _sglang_merge_config(p, list(tokens))
                 ns = p.parse_args(argv)
-            except (_Refused, ValueError, AssertionError, OSError) as exc:
-                raise LaunchError(f"{framework_label(framework)}'s own parser refuses the launch command: "
-                                  f"{str(exc)[:300]}") from None
+            except Exception as exc:  # anything the parser or its config merger raises: one line
+                raise _refusal(framework_label(framework), tokens, exc) from None
     seen = list(seen)
     d = dict(vars(ns))
     d["_passed"] = {dest for dest, _o, _v in seen}

@@ -61,7 +61,20 @@ def _on_sglang_executed(spec):
         from sglang_guard.plugin import register
 
         register(source="pth")
-    except Exception:  # never break an import for our sake
+    except Exception as exc:  # never break an import for our sake: one warning, SGLang goes on
+        _say_broken(exc)
+
+
+def _say_broken(exc):
+    """sglang_guard.plugin itself is missing or broken: one warning, standard library only."""
+    try:
+        import logging
+
+        cause = " ".join(("%s: %s" % (type(exc).__name__, exc)).split())
+        logging.getLogger("flashinfer_guard").warning(
+            "[flashinfer-guard] not loaded: its install is broken or shadowed (%s); "
+            "SGLang runs without the guard", cause)
+    except Exception:
         pass
 
 

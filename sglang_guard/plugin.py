@@ -19,30 +19,63 @@ The guards import ``._log`` for their logger, never this module.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
 
-from ._log import log  # noqa: F401  (the adapter's logger, kept reachable here)
+try:
+    from ._log import log  # noqa: F401  (the adapter's logger, kept reachable here)
+except Exception as _exc:  # a broken or shadowed guard_core: register() says so, once
+    _import_error: BaseException | None = _exc
+    log = None
+else:
+    _import_error = None
 
 _lock = threading.RLock()
 _registered = False
+_said_broken = False
 _source: str | None = None
 
 HOOK_PREFIX = "sglang_guard."  # every post-import hook key of this adapter starts so
 
 
-def register(source: str = "entry_point") -> bool:
-    """Install the SGLang hooks once per process. Returns True when active
-    (the contract of guard_core.lifecycle; SGLang's loader ignores it)."""
-    from guard_core import lifecycle
-
-    return lifecycle.register(sys.modules[__name__], lambda: _register(source), _say_failed)
+def say_broken(exc: BaseException) -> None:
+    """One warning through the standard library only (guard_core may be what is broken)."""
+    global _said_broken
+    if _said_broken:
+        return
+    _said_broken = True
+    try:
+        cause = " ".join(f"{type(exc).__name__}: {exc}".split())
+        logging.getLogger("flashinfer_guard").warning(
+            "[flashinfer-guard] not loaded: its install is broken or shadowed (%s); "
+            "SGLang runs without the guard", cause)
+    except Exception:
+        pass
 
 
 def _say_failed(exc: BaseException) -> None:
-    log().warning(f"not loaded after an internal error ({type(exc).__name__}: {exc}); "
-                  "SGLang runs without the guard", key="register")
+    try:
+        log().warning(f"not loaded after an internal error ({type(exc).__name__}: {exc}); "
+                      "SGLang runs without the guard", key="register")
+    except Exception:  # our own logger is broken too: say it without it
+        say_broken(exc)
+
+
+def register(source: str = "entry_point") -> bool:
+    """Install the SGLang hooks once per process. Returns True when active
+    (the contract of guard_core.lifecycle; SGLang's loader ignores it). Never raises:
+    a half-installed or shadowed guard_core costs one warning naming the cause."""
+    try:
+        if _import_error is not None:
+            raise _import_error
+        from guard_core import lifecycle
+
+        return lifecycle.register(sys.modules[__name__], lambda: _register(source), _say_failed)
+    except Exception as exc:  # the install itself is broken: nothing of ours can be trusted
+        say_broken(exc)
+        return False
 
 
 def _register(source: str) -> bool:

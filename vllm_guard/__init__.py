@@ -8,8 +8,11 @@ vLLM when the modules they need are imported by vLLM itself.
 Importing this package is cheap: no torch, flashinfer or vLLM internals.
 """
 
-from guard_core.logs import logger_name
+try:
+    from guard_core.logs import logger_name
 
-LOGGER_NAME = logger_name("vllm")
+    LOGGER_NAME = logger_name("vllm")
+except Exception:  # a broken or shadowed guard_core: plugin.register() says so, once
+    LOGGER_NAME = "vllm.flashinfer_guard"
 """The product's logger under vLLM's own tree (``vllm.flashinfer_guard``): vLLM's
 format, one line per decision."""

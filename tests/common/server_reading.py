@@ -90,3 +90,27 @@ def corpus_readings(reader_module: str, root: str) -> dict:
             out[os.path.basename(r["path"])] = r
     assert len(out) == len(dirs), p.stderr[-2000:]
     return out
+
+
+def assert_config_files_read_alike(command: list[str], line: str, tmp_dir: str) -> None:
+    """Issue 29, items 4-5. Hostile ``--config`` files (/dev/zero, a FIFO, a directory, the
+    9 x 9 alias bomb, 40 levels): the server's reader and the built-in reader refuse them in
+    the same one line, before the server's parser opens them. Malformed files (the issue's
+    broken YAML, a list or a string at the top, a NUL byte): the server's own parser refuses
+    them as a LaunchError (exit 2 in the command) in one line naming the file, never an
+    exception of its own."""
+    from tests.common.config_files import hostile_files, malformed_files
+
+    for name, (path, words) in hostile_files(tmp_dir).items():
+        server, builtin = both(command + ["--config", path], line)
+        assert server == builtin and isinstance(server, str) and words in server, (name, server, builtin)
+        assert len(server.splitlines()) == 1
+    for name, path in malformed_files(tmp_dir).items():
+        try:
+            parse_launch(command + ["--config", path], line=line, reader="server", environ={})
+        except LaunchError as exc:
+            text = str(exc)
+        else:
+            raise AssertionError(f"{name}: the server's parser accepted it")
+        assert len(text.splitlines()) == 1 and "\\n" not in text and path in text, (name, text)
+        assert "own parser refuses" in text or "--config" in text, (name, text)

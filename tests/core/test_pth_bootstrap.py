@@ -28,7 +28,7 @@ WATCHING = any(type(f).__name__ == "_SglangWatcher" for f in sys.meta_path)
 FAKE_INIT = r"""
 import sys
 _p = sys.modules.get("sglang_guard.plugin")
-REGISTERED_BEFORE_INIT = bool(_p and _p.is_registered())
+REGISTERED_BEFORE_INIT = bool(_p and getattr(_p, "is_registered", lambda: False)())
 """
 
 
@@ -46,12 +46,14 @@ def dirs(tmp_path):
     return site_dir, old, new
 
 
-def run(code, site_dir, path, **env_extra):
+def run(code, site_dir, path, first_on_path=None, **env_extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FLASHINFER_GUARD", "SGLANG_PLUGINS"))}
     env.update(env_extra)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    first = [first_on_path] if first_on_path else []
+    env["PYTHONPATH"] = os.pathsep.join(first + [str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     r = subprocess.run([sys.executable, "-c", PRELUDE + code, str(site_dir), str(path)], capture_output=True,
-                       text=True, env=env, timeout=60)
+                       text=True, env=env, timeout=60,
+                       cwd=first_on_path)  # python -c puts the working directory first on sys.path
     assert r.returncode == 0, r.stderr
     return r
 
@@ -189,3 +191,27 @@ def test_bootstrap_import_is_cheap(dirs):
         assert r.returncode == 0, r.stderr
         times.append(float(r.stdout.strip()))
     assert sorted(times)[2] < 2.0, times
+
+
+@pytest.mark.parametrize("broken, how, cause", [
+    ("guard_core/lifecycle.py", "removed", "cannot import name 'lifecycle'"),  # an interrupted upgrade
+    ("sglang_guard/plugin.py", "emptied", "cannot import name 'register'"),    # the adapter itself lost
+    ("sglang_guard/_pth.py", "emptied", "no bootstrap in"),                      # the bootstrap itself lost
+])
+def test_a_broken_install_costs_one_warning_not_the_import(dirs, tmp_path, broken, how, cause):
+    """Issue 29: the .pth route caught a half-installed package silently; now SGLang still
+    imports and one warning names the cause (Python's last-resort handler: stderr)."""
+    from tests.common import broken_installs
+
+    site_dir, old, _ = dirs
+    tree = tmp_path / "tree"
+    broken_installs._copy_tree(str(tree))
+    broken_installs._break(str(tree / broken), how)
+    r = run(r"""
+import sglang
+p = sys.modules.get("sglang_guard.plugin")
+print("imported", bool(p and getattr(p, "_registered", False)))
+""", site_dir, old, first_on_path=str(tree))
+    assert "imported False" in r.stdout
+    said = [ln for ln in r.stderr.splitlines() if "[flashinfer-guard]" in ln]
+    assert len(said) == 1 and cause in said[0] and "broken or shadowed" in said[0], r.stderr

@@ -369,3 +369,35 @@ def test_an_inherited_plan_and_alias_are_wrapped_on_the_named_class(armed):
     assert Paged().begin_forward() == {"float": 3 * MIB, "int": 0} and len(log.lines) == 1
     net.uninstall()
     assert "plan" not in Paged.__dict__ and "begin_forward" not in Paged.__dict__
+
+
+@pytest.mark.parametrize("again", [ValueError("bad shape"), MemoryError("no memory"), TypeError("bad type"),
+                                   RuntimeError("CUDA error: an illegal memory access")])
+@pytest.mark.parametrize("captured", [0, 1])
+def test_a_retry_failing_differently_gives_back_and_says_so(armed, monkeypatch, again, captured):
+    """Issue 29: a retry raising anything but an overflow kept the grown buffer (283 MiB,
+    was 4 MiB) and said nothing; now the owner's buffer comes back, one warning names the
+    retry's error, and FlashInfer's first error propagates. (Same storage, same data
+    pointer on real torch tensors: tests/vllm/test_safety_net_threads.py.)"""
+    arm, log = armed
+    monkeypatch.setitem(net._state, "captured", captured)
+
+    class Once:
+        _use_cuda_graph = False
+        calls = 0
+
+        def __init__(self, buf):
+            self._float_workspace_buffer = buf
+
+        def plan(self):
+            type(self).calls += 1
+            if type(self).calls > 1:
+                raise again
+            raise _overflow("batch_prefill_tmp_v", 283 * MIB, 4 * MIB)
+    arm(Once)
+    owner = Buf2(4 * MIB)
+    w = Once(owner)
+    with pytest.raises(RuntimeError, match=f"size {283 * MIB} and"):
+        w.plan()
+    assert w._float_workspace_buffer is owner and owner.numel() == 4 * MIB
+    assert len(log.lines) == 1 and type(again).__name__ in log.lines[0] and "given back" in log.lines[0]

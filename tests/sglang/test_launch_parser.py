@@ -164,3 +164,10 @@ def test_generated_commands_resolve_the_same_through_both_readers(seed, tmp_path
         assert s.ignored == b.ignored and s.not_read == b.not_read, (cmd, s.ignored, b.ignored, s.not_read, b.not_read)
         checked += 1
     assert checked >= 40
+
+
+def test_config_files_bounded_and_refused_in_one_line(tmp_path):
+    """Issue 29, items 4-5: hostile --config files refused alike by both readers before SGLang's
+    ConfigArgumentMerger opens them; its own errors on malformed files as one line naming the file."""
+    common.assert_config_files_read_alike(["python", "-m", "sglang.launch_server", "--model-path", "M"],
+                                          SGLANG, str(tmp_path))

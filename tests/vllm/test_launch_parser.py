@@ -251,3 +251,22 @@ def test_generated_commands_resolve_the_same_through_both_readers(seed, tmp_path
         assert len(s.not_read) == len(b.not_read), (cmd, s.not_read, b.not_read)
         checked += 1
     assert checked >= 40  # most generated commands are valid ones
+
+
+def test_config_files_bounded_and_refused_in_one_line(tmp_path):
+    """Issue 29, items 4-5: hostile --config files refused alike by both readers before vLLM's
+    parser opens them; vLLM's parser's own errors on malformed files as one line naming the file
+    (before: ParserError / AttributeError escaped as "internal error", exit 1)."""
+    common.assert_config_files_read_alike(["vllm", "serve", "M"], VLLM, str(tmp_path))
+
+
+def test_decimal_suffixes_read_as_vllm_reads_them():
+    """Issue 29, item 6: vLLM computes ``int(float(number) * 1000)`` (human_readable_int,
+    vllm/utils/argparse_utils.py 0.23.0:58), so 8.19k is 8189, not 8190; the built-in reader
+    gives what vLLM's own parser gives for every value (before: 8190 for 8.19k and 4.35k)."""
+    for value in ("8.19k", "4.35k", "1.1k", "0.3k", "25.6k", "131.072k", "2.3m", "0.57k"):
+        server, builtin = both(["vllm", "serve", "M", "--max-model-len", value, "--max-num-batched-tokens", value])
+        assert not isinstance(server, str) and not isinstance(builtin, str), (value, server, builtin)
+        assert (builtin.max_model_len, builtin.max_batched_tokens) == \
+            (server.max_model_len, server.max_batched_tokens), value
+    assert both(["vllm", "serve", "M", "--max-model-len", "8.19k"])[0].max_model_len == 8189
