@@ -6,16 +6,22 @@ FlashInfer version); ``compute_requirement`` runs the planner model over every
 request shape the server can send and names the scenario and the allocation
 that dominate:
 
-- ``cuda_graph_decode``: each CUDA-graph capture size, one query token each;
+- ``cuda_graph_decode``: each CUDA-graph capture size, one query token each (also
+  under speculation where the server plans one-token decode batches through its
+  graph wrapper: ``ServingLimits.one_token_graphs``);
 - ``cuda_graph_verify``: each capture size with ``1 + draft_tokens`` queries
-  (speculative verify), when the server captures verify graphs;
+  (speculative verify), when the server captures verify graphs, and every shorter
+  query length where the server plans those too (``partial_verify_graphs``);
 - ``eager_decode``: a decode batch outside CUDA graphs;
 - ``eager_prefill``: a prefill/mixed batch up to the max batched tokens.
 
 The eager figures are the planner's output for concrete batches that reach
 the bound (split-KV scratch grows with the split batch, which the planner caps
 at ``2 * SMs / kv_heads``; the worst case is a short query against a long KV
-cache), not a loose product.
+cache), not a loose product. With a window (``AttentionLayout.window_left >= 0``)
+FlashInfer clips each request's KV to the window before its split search, so the
+eager prefill witness is many requests of window-length KV (``_window_pages``);
+each attention group is sized with its own layout, window included.
 """
 
 from __future__ import annotations

@@ -216,3 +216,17 @@ def test_search_finds_an_injected_envelope_gap(shape, monkeypatch):
         wb = [(q, p * space.page) for q, p, c in blind.witness for _ in range(c)]
         assert _scores(space, [wb]) == [blind.float_bytes]
     assert real > blind.float_bytes, (space.id, real, blind.float_bytes)  # ... and the search finds the gap
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=[s[0] for s in SHAPES])
+def test_unwindowed_envelope_covers_the_windowed_worst(shape):
+    """SGLang's adapter hands the core no window (sglang_guard/workspace_facts.py): SGLang trims
+    each window wrapper request's KV itself (flashinfer_backend.py 0.5.11:1313-1318, decode
+    1029-1037) and passes window_left to the planner only from 0.5.23 (:2095-2099, 2391-2393),
+    and its window and full wrappers share one buffer. Sizing the group without the window is
+    then the envelope over every KV length: it must cover the windowed worst case too."""
+    space, (real, _batch) = _found(shape)
+    unwindowed = Space(shape)
+    unwindowed.window_left = -1
+    need = guard_eager_prefill(unwindowed).float_bytes
+    assert need >= real, (space.id, need, real)
