@@ -155,8 +155,10 @@ def _graph_routing(builder, verify_in_graph: bool) -> dict:
     0.32.0:1776-1780, 0.33.0:1938-1942): under speculation a step where no request has a
     draft plans one-token batches there besides the verify graphs. 0.33's fa2-native decode
     (below SM90, ``_use_fa2_native_decode``, 0.33.0:118-120) plans ``q_len_per_req =
-    num_decode_tokens // num_decodes`` (0.33.0:1945-1948): every query length from 1 to
-    1 + draft tokens (n-gram drafts of any length)."""
+    num_decode_tokens // num_decodes`` (0.33.0:1945-1948) over a decode run of one query
+    length (``split_decodes_and_prefills(require_uniform=True)``, v1/attention/backends/
+    utils.py 0.33.0:872-893): every length from 1 to 1 + draft tokens (n-gram proposes up
+    to k drafts, and the scheduler may cut them)."""
     native = getattr(builder, "use_fa2_native_decode", False) is True
     return {"one_token_graphs": True, "partial_verify_graphs": native and verify_in_graph}
 

@@ -485,7 +485,7 @@ def capture(case: Case, vc, mode, builders, rec, log) -> None:
             log.append(desc.num_tokens)
 
 
-def eager_batches(case: Case, preds: list[dict]) -> list[tuple[str, list[int], list[int]]]:
+def eager_batches(case: Case, preds: list[dict], graph_tokens: int | None = None) -> list[tuple[str, list[int], list[int]]]:
     """(label, query lens, seq lens): the core's worst eager batches (short query, long KV), and a
     few ordinary ones."""
     out = []
@@ -520,7 +520,7 @@ def eager_batches(case: Case, preds: list[dict]) -> list[tuple[str, list[int], l
     # short queries against long KV caches, the planner's split-KV worst case, at a few batch sizes
     # (max seqs too: one-token decodes of a full batch, which vLLM plans through its CUDA-graph
     # decode wrapper when they fit _decode_cudagraph_max_bs, also under speculation)
-    for n in sorted({1, 2, 4, 8, 16, 64, 142, 284, mns}):
+    for n in sorted({1, 2, 4, 8, 16, 64, 142, 284, mns, min(mns, graph_tokens or mns)}):
         if n <= mns:
             out.append((f"decode_long_kv:{n}", [1] * n, [mml] * n))
     for q in (8, 16, 64):
@@ -538,6 +538,14 @@ def eager_batches(case: Case, preds: list[dict]) -> list[tuple[str, list[int], l
                 qs = [q if i % every == 0 else 1 for i in range(n)]
                 if sum(qs) <= mbt and n <= mns:
                     out.append((f"verify_ragged:{n}/{every}x{q}", qs, [mml] * n))
+        # ... and, every request with the same shorter draft (n-gram proposes up to k), the
+        # fullest pure-decode batch vLLM still plans through its CUDA-graph decode wrapper
+        # (num_decode_tokens <= _decode_cudagraph_max_bs, flashinfer.py 0.33.0:1938-1948;
+        # split_decodes_and_prefills(require_uniform=True) keeps a decode run uniform)
+        for m in range(2, q + 1):
+            n = min(mns, (graph_tokens or 0) // m)
+            if n and n * m <= mbt:
+                out.append((f"verify_short_full:{n}x{m}", [m] * n, [mml] * n))
     if case.layout != "full":
         # sliding-window layers: FlashInfer clips each request's KV to
         # ceil((window_left + cta_tile_q) / page_size) pages before its split search
@@ -656,7 +664,8 @@ def run_case(case: Case, rec, module, args) -> dict:
         out["captured"] = captured
         eager = []
         if case.eager and out["crash"] is None:
-            for label, qlens, seqs in eager_batches(case, out["prediction"]):
+            graph_tokens = max((int(getattr(b, "_decode_cudagraph_max_bs", 0) or 0) for b in builders), default=0)
+            for label, qlens, seqs in eager_batches(case, out["prediction"], graph_tokens):
                 try:
                     for bi, b in enumerate(builders):
                         rec.tag = f"eager:{label}:b{bi}"
