@@ -6,16 +6,22 @@ FlashInfer version); ``compute_requirement`` runs the planner model over every
 request shape the server can send and names the scenario and the allocation
 that dominate:
 
-- ``cuda_graph_decode``: each CUDA-graph capture size, one query token each;
+- ``cuda_graph_decode``: each CUDA-graph capture size, one query token each (also
+  under speculation where the server plans one-token decode batches through its
+  graph wrapper: ``ServingLimits.one_token_graphs``);
 - ``cuda_graph_verify``: each capture size with ``1 + draft_tokens`` queries
-  (speculative verify), when the server captures verify graphs;
+  (speculative verify), when the server captures verify graphs, and every shorter
+  query length where the server plans those too (``partial_verify_graphs``);
 - ``eager_decode``: a decode batch outside CUDA graphs;
 - ``eager_prefill``: a prefill/mixed batch up to the max batched tokens.
 
 The eager figures are the planner's output for concrete batches that reach
 the bound (split-KV scratch grows with the split batch, which the planner caps
 at ``2 * SMs / kv_heads``; the worst case is a short query against a long KV
-cache), not a loose product.
+cache), not a loose product. With a window (``AttentionLayout.window_left >= 0``)
+FlashInfer clips each request's KV to the window before its split search, so the
+eager prefill witness is many requests of window-length KV (``_window_pages``);
+each attention group is sized with its own layout, window included.
 """
 
 from __future__ import annotations
@@ -99,6 +105,12 @@ class ServingLimits:
     # with 1 + draft tokens each (CudagraphDispatcher.initialize_cudagraph_keys(mode,
     # uniform_decode_query_len=1 + num_speculative_tokens)), none of one token.
     one_token_graphs: bool = True
+    # Whether the verify graph wrapper is also planned with every query length between 1
+    # and the verify length: vLLM 0.33's fa2-native decode (below SM90) plans a pure decode
+    # batch of up to ``_decode_cudagraph_max_bs`` tokens with the CUDA-graph wrapper and
+    # ``q_len_per_req = num_decode_tokens // num_decodes`` (v1/attention/backends/
+    # flashinfer.py 0.33.0:1938-1951), so n-gram drafts of any length 0..draft each plan.
+    partial_verify_graphs: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "capture_sizes", tuple(sorted({int(b) for b in self.capture_sizes})))
@@ -308,7 +320,10 @@ def _long_kv_batch(chunks: int, max_requests: int, min_chunk_pages: int, max_pag
     chunks, so the planner does split. None when no such batch exists within
     the limits (a request holds at most ``max_pages``).
     """
-    per_req = chunks if max_pages is None else min(chunks, max_pages // min_chunk_pages)
+    # a request of max_pages pages holds ceil(max_pages / min_chunk_pages) chunks (its
+    # last one partial): the planner counts ceil(kv / chunk) per request (scheduler.cuh
+    # 0.6.12:581-582)
+    per_req = chunks if max_pages is None else min(chunks, -(-max_pages // min_chunk_pages))
     if per_req < 2 or chunks < 2 or max_requests < 1:
         return None
     n = -(-chunks // per_req)
@@ -319,7 +334,8 @@ def _long_kv_batch(chunks: int, max_requests: int, min_chunk_pages: int, max_pag
     for _ in range(n):
         share = min(per_req, left)
         left -= share
-        groups[share * min_chunk_pages] = groups.get(share * min_chunk_pages, 0) + 1
+        pages = share * min_chunk_pages if max_pages is None else min(share * min_chunk_pages, max_pages)
+        groups[pages] = groups.get(pages, 0) + 1
     return list(groups.items())
 
 
@@ -349,7 +365,13 @@ def _verify_scenarios(ctx, layout, limits, gpu, flashinfer_version, planners, ca
     """Speculative verify graphs: ``verify_tokens`` query tokens per request."""
     if not (limits.speculative and limits.verify_in_graph and planners.decode in ("fa2", "fa3", "decode")):
         return
-    q = limits.verify_tokens
+    qs = range(2, limits.verify_tokens + 1) if limits.partial_verify_graphs else (limits.verify_tokens,)
+    for q in qs:
+        _verify_graphs(ctx, limits, planners, caller, q, scenarios)
+
+
+def _verify_graphs(ctx, limits, planners, caller, q, scenarios):
+    """The verify graphs of ``q`` query tokens per request, one per capture size."""
     # vLLM verifies through FlashInfer's decode wrapper (plan / fast_decode_plan with
     # q_len_per_req), which passes uniform_q_len = q_len_per_req to the planner from 0.6.16
     # (flashinfer/decode.py 0.6.16:1200,3902; 0.7.2:1795,5025); SGLang verifies through
@@ -427,7 +449,8 @@ def _eager_prefill_scenarios(ctx, layout, limits, gpu, flashinfer_version, plann
             seen_tiles.add((cta, tiles))
             chunks = fa2_max_bs // tiles if tiles else 0
             max_req = max(1, min(limits.max_num_seqs, limits.max_num_batched_tokens // q))
-            kv = _long_kv_batch(chunks, max_req, min_chunk_pages, max_pages) if chunks else None
+            kv = _long_kv_batch(chunks, max_req, min_chunk_pages, _window_pages(layout, cta, max_pages)) \
+                if chunks else None
             if not kv:
                 continue
             groups = [(q, p, c) for p, c in kv]
@@ -526,6 +549,18 @@ def _fixed_split_decode(ctx, layout, limits, scenarios):
     n = sum(c for _, c in kv)
     plan = ctx.fa2(groups, n, False, split_size=split)
     scenarios.append(Scenario("fixed_split_decode", n, 1, plan, "fa2"))
+
+
+def _window_pages(layout, cta: int, max_pages: int | None) -> int | None:
+    """The most KV pages of one request the prefill planner's split search sees: with a
+    window (window_left >= 0) FlashInfer clips each request's KV to
+    ``ceil((window_left + cta_tile_q) / page_size)`` pages before it (scheduler.cuh
+    0.6.12:558-563, 0.7.2.post1:628-633), so a windowed group's worst batch is many
+    requests of that many pages, not one long one."""
+    if layout.window_left < 0:
+        return max_pages
+    clip = max(1, -(-(layout.window_left + cta) // layout.page_size))
+    return clip if max_pages is None else min(clip, max_pages)
 
 
 def _page_bounds(layout, limits):

@@ -101,6 +101,21 @@ GROUPS: dict[str, tuple[str, bool, list[Case]]] = {
         Case("spec1", draft=1),
         Case("spec3", draft=3),
         Case("swa_shared", layout="swa+full"),
+        # issue 27: google/gemma-3-27b-it (32 q / 16 kv heads, head dim 128, window 1024) at TP 8,
+        # --max-model-len 131072, vLLM's API-server defaults on a 44 GiB GPU (256 seqs, 2048
+        # tokens): FlashInfer clips each request's KV to the window before its split search, so
+        # many window-length requests are the windowed group's worst batch (guard 9,477,888 B
+        # where the real builder planned 36,986,880 B)
+        Case("gemma3_swa_tp8", model=dict(heads=32, kv_heads=16, head_dim=128), tp=8, layout="swa+full",
+             sliding_window=1024, max_model_len=131072, max_num_seqs=256, max_num_batched_tokens=2048),
+    ]),
+    # issue 27: meta-llama/Llama-3.1-8B-Instruct, n-gram speculation (3 tokens), --max-model-len
+    # 32768 on A100 (vLLM 0.33's API-server defaults there: 256 seqs, 2048 tokens): below SM90
+    # vLLM 0.33 verifies through its fa2-native decode wrapper, and a step without drafts plans
+    # one-token batches through the CUDA-graph wrapper (flashinfer.py 0.33.0:1938-1951)
+    "a100_issue27": ("a100", True, [
+        Case("a100_llama8b_ngram3", model=dict(heads=32, kv_heads=8, head_dim=128), draft=3,
+             max_model_len=32768, max_num_seqs=256, max_num_batched_tokens=2048),
     ]),
     "h200": ("h200", True, [
         Case("h200_bf16"),
@@ -140,7 +155,7 @@ GROUPS: dict[str, tuple[str, bool, list[Case]]] = {
 LINES = {
     "0.23.0": ["l40s", "h200", "b200_trtllm", "b200_no_trtllm"],
     "0.32.0": ["h200", "b200_no_trtllm_1024"],
-    "0.33.0": ["l40s", "b200_no_trtllm_1024", "h100_issue17", "b300_issue17"],
+    "0.33.0": ["l40s", "b200_no_trtllm_1024", "h100_issue17", "b300_issue17", "a100_issue27"],
 }
 
 # generated case name -> the published model its shape comes from
@@ -470,7 +485,7 @@ def capture(case: Case, vc, mode, builders, rec, log) -> None:
             log.append(desc.num_tokens)
 
 
-def eager_batches(case: Case, preds: list[dict]) -> list[tuple[str, list[int], list[int]]]:
+def eager_batches(case: Case, preds: list[dict], graph_tokens: int | None = None) -> list[tuple[str, list[int], list[int]]]:
     """(label, query lens, seq lens): the core's worst eager batches (short query, long KV), and a
     few ordinary ones."""
     out = []
@@ -503,7 +518,9 @@ def eager_batches(case: Case, preds: list[dict]) -> list[tuple[str, list[int], l
             out.append((f"core_{name}:{n}x{q}:kv{kv}", [q] * n, [kv] * n))
         out.append((f"core_{name}:{n}x{q}:kv{mml}", [q] * n, [mml] * n))
     # short queries against long KV caches, the planner's split-KV worst case, at a few batch sizes
-    for n in (1, 2, 4, 8, 16, 64, 142, 284):
+    # (max seqs too: one-token decodes of a full batch, which vLLM plans through its CUDA-graph
+    # decode wrapper when they fit _decode_cudagraph_max_bs, also under speculation)
+    for n in sorted({1, 2, 4, 8, 16, 64, 142, 284, mns, min(mns, graph_tokens or mns)}):
         if n <= mns:
             out.append((f"decode_long_kv:{n}", [1] * n, [mml] * n))
     for q in (8, 16, 64):
@@ -515,6 +532,29 @@ def eager_batches(case: Case, preds: list[dict]) -> list[tuple[str, list[int], l
         for n in sorted({1, 16, 64, 142, min(mns, mbt // q)}):
             if n * q <= mbt and n <= mns:
                 out.append((f"verify_long_kv:{n}x{q}", [q] * n, [mml] * n))
+        # n-gram drafts of uneven length: some requests verify 1 + k tokens, others decode one
+        for n in (64, 128, mns):
+            for every in (2, 4):
+                qs = [q if i % every == 0 else 1 for i in range(n)]
+                if sum(qs) <= mbt and n <= mns:
+                    out.append((f"verify_ragged:{n}/{every}x{q}", qs, [mml] * n))
+        # ... and, every request with the same shorter draft (n-gram proposes up to k), the
+        # fullest pure-decode batch vLLM still plans through its CUDA-graph decode wrapper
+        # (num_decode_tokens <= _decode_cudagraph_max_bs, flashinfer.py 0.33.0:1938-1948;
+        # split_decodes_and_prefills(require_uniform=True) keeps a decode run uniform)
+        for m in range(2, q + 1):
+            n = min(mns, (graph_tokens or 0) // m)
+            if n and n * m <= mbt:
+                out.append((f"verify_short_full:{n}x{m}", [m] * n, [mml] * n))
+    if case.layout != "full":
+        # sliding-window layers: FlashInfer clips each request's KV to
+        # ceil((window_left + cta_tile_q) / page_size) pages before its split search
+        # (scheduler.cuh 0.6.12:558-563), so many requests of about a window's KV each
+        for q in (16, 33, 64, 128):
+            for n in (4, 8, 16, 32, 64):
+                if n * q <= mbt and n <= mns:
+                    kv = min(mml, case.sliding_window + 128)
+                    out.append((f"window_short_kv:{n}x{q}:kv{kv}", [q] * n, [kv] * n))
     out.append((f"prefill_full:{min(mbt, mml)}", [min(mbt, mml)], [min(mbt, mml)]))
     out.append(("mixed", [1] * 64 + [mbt - 64], [mml] * 64 + [mbt - 64]))
     # only what vLLM's scheduler can send: at most max seqs requests and max batched tokens,
@@ -624,7 +664,8 @@ def run_case(case: Case, rec, module, args) -> dict:
         out["captured"] = captured
         eager = []
         if case.eager and out["crash"] is None:
-            for label, qlens, seqs in eager_batches(case, out["prediction"]):
+            graph_tokens = max((int(getattr(b, "_decode_cudagraph_max_bs", 0) or 0) for b in builders), default=0)
+            for label, qlens, seqs in eager_batches(case, out["prediction"], graph_tokens):
                 try:
                     for bi, b in enumerate(builders):
                         rec.tag = f"eager:{label}:b{bi}"
