@@ -21,7 +21,7 @@ from typing import Any
 from .releases import NATIVE_VAR
 
 __all__ = ["FRAMEWORKS", "FrameworkNames", "WorkspaceFacts", "WorkspaceNeed", "WorkspaceOutcome",
-           "need", "decide", "is_out_of_memory", "assess_fixed_split", "decide_fixed_split"]
+           "need", "decide", "remedies", "is_out_of_memory", "assess_fixed_split", "decide_fixed_split"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,9 @@ class WorkspaceFacts:
     planner_facts: Any = None
     kv_dtype_bytes_options: tuple | None = None
     missing: tuple = ()
+    # ``flashinfer-guard plan --prefill-planner/--decode-planner/--decode-blocks-per-sm``:
+    # (prefill or None, decode or None, decode blocks per SM or None) over the chosen planners
+    planners_given: tuple | None = None
 
     @property
     def names(self) -> FrameworkNames:
@@ -72,6 +75,7 @@ class WorkspaceNeed:
 
     requirement: Any
     warnings: tuple = ()  # ((once-key, text), ...)
+    choice: Any = None  # the guard_core.planner_choice.PlannerChoice sized
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,8 @@ def need(facts: WorkspaceFacts) -> WorkspaceNeed:
     from .planner_choice import choose_planners, size_choice
 
     choice = choose_planners(facts.planner_facts)
+    if facts.planners_given is not None:
+        choice = _given(choice, *facts.planners_given)
     req = size_choice(facts.layout, facts.limits, facts.gpu, facts.flashinfer_version, choice, facts.framework,
                       facts.kv_dtype_bytes_options)
     gone = list(dict.fromkeys([*facts.missing, *choice.missing]))
@@ -98,7 +104,45 @@ def need(facts: WorkspaceFacts) -> WorkspaceNeed:
         n = facts.names
         warnings = ((n.missing_key + ",".join(gone),
                      f"workspace: {n.reader} does not say {', '.join(gone)}; sized for the larger need"),)
-    return WorkspaceNeed(req, warnings)
+    return WorkspaceNeed(req, warnings, choice)
+
+
+def _given(choice, prefill, decode, blocks_per_sm):
+    """The chosen planners with the phases a user forced (``plan --*-planner``)."""
+    from dataclasses import replace as _replace
+
+    from .sizing import Planners
+
+    cs = tuple(dict.fromkeys(Planners(prefill=prefill or c.prefill, decode=decode or c.decode,
+                                      decode_blocks_per_sm=blocks_per_sm) for c in choice.candidates))
+    return _replace(choice, candidates=cs, reasons=choice.reasons[:len(cs)])
+
+
+def remedies(facts: WorkspaceFacts, computed: WorkspaceNeed, budget_bytes: int, *, graphs: bool) -> dict:
+    """What makes ``computed`` fit ``budget_bytes`` without the guard: the largest CUDA-graph
+    batch whose plans fit (``graphs``), and the need on FlashInfer 0.7.1 (PR #5177) where this
+    release sizes the prefill scratch by rows (each through ``need`` of changed facts)."""
+    from dataclasses import replace as _replace
+
+    from . import flashinfer_model as fm
+
+    out: dict = {}
+    lim = facts.limits
+    if graphs and lim.capture_sizes:
+        def fits(b: int) -> bool:
+            probe = _replace(facts, limits=_replace(lim, capture_sizes=(b,), eager=False))
+            return need(probe).requirement.float_bytes <= budget_bytes
+
+        lo, hi = 0, max(lim.capture_sizes)
+        if fits(hi):
+            lo = hi
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+        out["largest_capture_batch_that_fits"] = lo
+    if fm.features(facts.flashinfer_version).rows_by_query is False:
+        out["flashinfer_0_7_1_need_bytes"] = need(_replace(facts, flashinfer_version="0.7.1")).requirement.float_bytes
+    return out
 
 
 def decide(facts: WorkspaceFacts, *, server_bytes: int, user_bytes: int | None, settings,
