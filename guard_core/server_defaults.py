@@ -32,6 +32,9 @@ vLLM (``vllm/engine/arg_utils.py`` ``EngineArgs.get_batch_defaults`` and
   0.23+: plus the batched tokens when they are below the ceiling; 0.29+: plus
   the uniform decode sizes for k > 0 (request counts times 1 + k); 0.32+: plus
   ``max_num_seqs`` itself when k = 0 and it is below the ceiling.
+- GptOssForCausalLM (0.23+): the ceiling is 1024 when no capture size is given
+  (``GptOssForCausalLMConfig.verify_and_update_config``, model_executor/models/config.py
+  0.23.0:164-168, 0.33.0:555-559), then at most the batched tokens.
 - FlashInfer decode graphs are planned up to ``min((1 + k) * max_num_seqs,
   max capture size)`` (``_decode_cudagraph_max_bs``).
 - workspace: ``VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE`` = 394 MiB; from 0.26
@@ -323,6 +326,14 @@ def _vllm_cuda_graphs(out: Defaults, d: Deployment, rules: str, label: str, give
     if d.max_capture:
         ceiling = d.max_capture
         csrc = given
+    elif not d.capture_sizes and d.architecture == "GptOssForCausalLM" and _ge(rules, "0.23.0"):
+        # GptOssForCausalLMConfig.verify_and_update_config raises the ceiling to 1024 when the user
+        # sets neither capture list nor ceiling, before _set_cudagraph_sizes (model_executor/models/
+        # config.py 0.23.0:164-168, 0.32.0:477-481, 0.33.0:555-559; vllm/config/vllm.py 0.23.0:856 then
+        # 1281): the ceiling is then given, so no uniform decode sizes are added (0.33.0 vllm.py:2440-2480)
+        ceiling = 1024
+        csrc = (f"{label}: 1024 for GptOssForCausalLM (GptOssForCausalLMConfig.verify_and_update_config, "
+                "model_executor/models/config.py)")
     else:
         ceiling = min(2 * seqs * (1 + k), ceiling_limit)
         where = "on compute capability 10.x (SM100 family)" if ceiling_limit == 1024 else (
