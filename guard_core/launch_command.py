@@ -67,6 +67,8 @@ class Launch:
     draft_tokens: int | None = None
     draft_tokens_from_model: bool = False  # vLLM MTP without num_speculative_tokens: the model's MTP depth
     speculative: str | None = None  # method / algorithm
+    eagle_topk: int | None = None  # SGLang --speculative-eagle-topk
+    spec_steps: int | None = None  # SGLang --speculative-num-steps
     capture_sizes: tuple[int, ...] | None = None
     max_capture: int | None = None
     eager: bool = False
@@ -106,6 +108,10 @@ class Launch:
             d.pop(k)
         return d
 
+
+# SGLang's speculative algorithms with an EAGLE-style draft worker whose steps/topk/draft tokens SGLang
+# resolves itself (server_args.py 0.5.5:1523-1604: NEXTN -> EAGLE; EAGLE, EAGLE3, STANDALONE)
+SGLANG_EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
 
 # Leading VAR=value assignments of a launch command that change the plan (read, not skipped):
 # SGLang's deterministic split tile sizes (flashinfer_backend.py, get_int_env_var).
@@ -1206,6 +1212,10 @@ def _resolve_sglang(out: Launch, ns: dict) -> set:
     if has("speculative_num_draft_tokens"):
         n = _int("--speculative-num-draft-tokens", ns["speculative_num_draft_tokens"], BOUNDS["draft_tokens"] + 1)
         out.draft_tokens = n - 1  # SGLang counts the verified token in
+    if has("speculative_eagle_topk"):  # the draft decodes topk x bs requests (issue 26)
+        out.eagle_topk = _int("--speculative-eagle-topk", ns["speculative_eagle_topk"], BOUNDS["draft_tokens"])
+    if has("speculative_num_steps"):
+        out.spec_steps = _int("--speculative-num-steps", ns["speculative_num_steps"], BOUNDS["draft_tokens"])
     if has("page_size"):
         out.page_size = _int("--page-size", ns["page_size"], BOUNDS["page_size"])
     for dest, opt in (("cuda_graph_max_bs", "--cuda-graph-max-bs"),
@@ -1235,7 +1245,7 @@ def _resolve_sglang(out: Launch, ns: dict) -> set:
         if tp % out.attn_dp:
             raise LaunchError(f"attention DP {out.attn_dp} in the launch command must divide the TP size {tp} "
                               "(SGLang asserts tp_size % dp_size == 0)")
-    if out.speculative and out.draft_tokens is None:
+    if out.speculative and out.draft_tokens is None and str(out.speculative).upper() not in SGLANG_EAGLE_FAMILY:
         out.notes.append(f"--speculative-algorithm {out.speculative} without --speculative-num-draft-tokens: "
                          "SGLang picks the draft tokens; give it in the command to size verify batches")
     return read

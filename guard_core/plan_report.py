@@ -34,8 +34,9 @@ from .server_defaults import (default_workspace, derive, framework_label, gpu_me
                               sglang_tensor_core_decode, short_line, vllm_per_phase_builder, workspace_source,
                               Deployment)
 from .settings import MASTER, MOE, Settings, load_settings
-from .sizing import INT_WORKSPACE_BYTES, AttentionLayout, ServingLimits
+from .sizing import INT_WORKSPACE_BYTES, AttentionLayout
 from .units import fmt_size
+from .versions import is_version, parse_version
 
 __all__ = ["PlanUsageError", "build", "print_report", "split_launch"]
 
@@ -158,7 +159,7 @@ class FactsSet:
     """Stage 4: the facts records the adapter builds (one per attention group), and the sizes
     the server allocates: its own, the user's native one, the buffer checked."""
 
-    groups: list  # [(group, WorkspaceFacts)]
+    groups: list  # [(group, runner, WorkspaceFacts)]: runner "" or SGLang's "target" / "draft"
     limits: Any
     kv_bytes: int
     planner_info: dict
@@ -174,7 +175,7 @@ class Decided:
     """Stage 5: workspace_decision's need per group and its decisions: ``verdict`` (the
     server on its own: auto against the buffer) and ``guard`` (the switches it runs with)."""
 
-    needs: list  # [(group, WorkspaceFacts, WorkspaceNeed)]
+    needs: list  # [(group, runner, WorkspaceFacts, WorkspaceNeed)]
     top: tuple
     verdict: Any  # WorkspaceOutcome
     guard: Any  # WorkspaceOutcome or None (the guard off)
@@ -262,23 +263,75 @@ def build_facts(a, cmd: Command, server: ServerConfig, model: ModelView) -> Fact
     kv_bytes = a.kv_dtype_bytes or dtype_bytes(kv_kind) or 2
     pfacts, pl_info = _planner_facts(a, fw, server.gpu, server.line, kv_dtype, kv_kind, model.rank_groups,
                                      model.dcp, server.deterministic)
-    limits = ServingLimits(capture_sizes=defaults.decode_graph_sizes, max_num_seqs=defaults.get("max_num_seqs"),
-                           max_num_batched_tokens=defaults.get("max_batched_tokens"),
-                           draft_tokens=defaults.get("draft_tokens") or 0, max_model_len=defaults.get("max_model_len"))
+    runners = _limits(fw, server, model, pfacts, notes)
+    limits = runners[0][1]
     fixed_info = None
     if server.deterministic:
         limits, fixed_info = _deterministic_limits(a, L, limits, server.gpu, server.environ, notes)
+        runners = [("", limits)]
     given = None
     if a.decode_planner or a.prefill_planner or a.decode_blocks_per_sm:
         given = (a.prefill_planner, a.decode_planner, a.decode_blocks_per_sm)
     page = defaults.get("page_size")
-    groups = [(g, WorkspaceFacts(fw, server.flashinfer, server.gpu, _group_layout(g, page, kv_bytes), limits,
-                                 pfacts, planners_given=given))
-              for g in model.rank_groups]
+    groups = [(g, runner, WorkspaceFacts(fw, server.flashinfer, server.gpu, _group_layout(g, page, kv_bytes), lim,
+                                         pfacts, planners_given=given))
+              for g in model.rank_groups for runner, lim in runners]
     top = max(model.rank_groups, key=lambda g: (g.num_qo_heads * (g.head_dim_vo + 1), g.head_dim_qk))
     server_bytes, server_src, user, buffer = _buffers(a, L, fw, server.line, server.model, limits, top.num_qo_heads,
                                                       top.head_dim_qk, server.deterministic)
     return FactsSet(groups, limits, kv_bytes, pl_info, server_bytes, server_src, user, buffer, fixed_info)
+
+
+def _limits(fw, server: ServerConfig, model: ModelView, pfacts, notes: list):
+    """The serving limits the adapter reads from the server: vLLM's builder through the core's
+    one rule (``workspace_decision.vllm_graph_limits``: which graphs vLLM captures on this line)."""
+    from .workspace_decision import vllm_graph_limits, vllm_reorder_batch_threshold
+
+    defaults = server.defaults
+    draft = defaults.get("draft_tokens") or 0
+    if fw != "vllm":
+        return _sglang_runners(server, draft, notes)
+    threshold = vllm_reorder_batch_threshold(draft, _vllm_spec_as_decode(server, pfacts), model.dcp)
+    if draft and threshold == 1:
+        notes.append(f"speculative verify batches ({1 + draft} tokens per request) run as prefills here: vLLM's "
+                     "FlashInfer builder keeps reorder_batch_threshold 1 without TRT-LLM decode "
+                     "(_init_reorder_batch_threshold), so its decode graphs hold one token per request")
+    return [("", vllm_graph_limits(capture_sizes=defaults.decode_graph_sizes, max_num_seqs=defaults.get("max_num_seqs"),
+                                   max_num_batched_tokens=defaults.get("max_batched_tokens"), draft_tokens=draft,
+                                   max_model_len=defaults.get("max_model_len"), reorder_batch_threshold=threshold))]
+
+
+_RUNNER = {"target": "the target model's runner", "draft": "the draft model's runner, sized with the target's shape"}
+
+
+def _sglang_runners(server: ServerConfig, draft: int, notes: list) -> list:
+    """SGLang's model runners, each with its own backend and limits (``sglang_runner_limits``,
+    the adapter's reading): one without speculation; with it the target (verify graphs of the
+    draft tokens + 1) and, for the EAGLE family, the draft worker (topk x bs decode requests)."""
+    from .workspace_decision import sglang_runner_limits
+
+    defaults = server.defaults
+    base = dict(capture_sizes=defaults.decode_graph_sizes, max_num_seqs=defaults.get("max_num_seqs"),
+                chunk=defaults.get("max_batched_tokens"), max_model_len=defaults.get("max_model_len"))
+    if not draft and "eagle_topk" not in defaults.values:
+        return [("", sglang_runner_limits(**base, speculative=False))]
+    out = [("target", sglang_runner_limits(**base, speculative=True, verify_q=draft + 1))]
+    if "eagle_topk" in defaults.values:
+        topk = defaults.get("eagle_topk")
+        out.append(("draft", sglang_runner_limits(**base, speculative=True, draft_runner=True, topk=topk)))
+        notes.append(f"the draft worker decodes topk x bs = {topk} x bs requests per step (SGLang's multi-step draft "
+                     "backend, flashinfer_backend.py 0.5.5:1446, 0.5.23:2501); sized with the target's attention shape")
+    return out
+
+
+def _vllm_spec_as_decode(server: ServerConfig, pfacts) -> bool | None:
+    """``supports_spec_as_decode`` of vLLM's FlashInfer builder on the simulated line and GPU
+    (see ``workspace_decision.vllm_reorder_batch_threshold``): TRT-LLM decode (the planner
+    facts' TRT-LLM attention; None: unknown), and from 0.33 FA2's native decode below SM90."""
+    cc = tuple(server.gpu.cc)
+    if is_version(server.line) and parse_version(server.line) >= parse_version("0.33.0") and cc < (9, 0):
+        return True
+    return pfacts.trtllm_attention
 
 
 def decide(server: ServerConfig, fs: FactsSet) -> Decided:
@@ -288,9 +341,9 @@ def decide(server: ServerConfig, fs: FactsSet) -> Decided:
     its own (auto against the buffer: the verdict) and with the switches the guard reads there."""
     from . import workspace_decision as wd
 
-    needs = [(g, f, wd.need(f)) for g, f in fs.groups]
-    top = max(needs, key=lambda r: r[2].requirement.float_bytes)
-    _g, facts, computed = top
+    needs = [(g, runner, f, wd.need(f)) for g, runner, f in fs.groups]
+    top = max(needs, key=lambda r: r[3].requirement.float_bytes)
+    _g, _runner, facts, computed = top
     alone = Settings(workspace="auto", workspace_max=server.settings.workspace_max)
     guard_settings = server.settings if server.settings.enabled else None
     if server.deterministic:
@@ -319,7 +372,7 @@ def report(a, cmd: Command, server: ServerConfig, model: ModelView, fs: FactsSet
     """Stage 6: the plan's record (the ``--json`` output), from the decisions."""
     from . import workspace_decision as wd
 
-    g_top, facts, computed = dd.top
+    g_top, _runner, facts, computed = dd.top
     req = computed.requirement
     dec = dd.verdict.decision
     verdict = "ok" if dec.action == "ok" else "overflow"
@@ -459,6 +512,8 @@ def _deployment(a, L, fw, gpu, gpu_key, facts, model_max_len, model_name, enviro
                    all2all_backend=L.all2all_backend if L else None, max_num_seqs=seqs, max_batched_tokens=tokens,
                    max_model_len=mlen, model_max_len=model_max_len, draft_tokens=k,
                    speculative=bool(L and L.speculative) or bool(k), capture_sizes=sizes, max_capture=max_cap,
+                   speculative_algorithm=L.speculative if L and fw == "sglang" else None,
+                   eagle_topk=L.eagle_topk if L else None, spec_steps=L.spec_steps if L else None,
                    eager=eager, chunked_prefill=L.chunked_prefill if L else None,
                    disable_graph_padding=bool(L and L.disable_graph_padding), page_size=page,
                    flashinfer=a.flashinfer, architecture=facts.architecture, source="command" if L else "flag")
@@ -643,9 +698,9 @@ def _candidate_rows(facts, computed) -> list:
 
 def _report_fields(fw, gpu, model: ModelView, fs: FactsSet, dd: Decided) -> dict:
     """The sized plan's fields: GPU, layout, limits, planners, groups, scenarios."""
-    g_top, facts, computed = dd.top
+    g_top, _runner, facts, computed = dd.top
     req = computed.requirement
-    layout, planners, limits, pl_info = req.layout, req.planners, fs.limits, fs.planner_info
+    layout, planners, limits, pl_info = req.layout, req.planners, facts.limits, fs.planner_info
     kv, dqk, dvo = g_top.num_kv_heads, g_top.head_dim_qk, g_top.head_dim_vo
     scen = [dict(s.as_dict(), description=describe_scenario(s, layout, gpu, fw)) for s in req.scenarios]
     return {
@@ -658,12 +713,13 @@ def _report_fields(fw, gpu, model: ModelView, fs: FactsSet, dd: Decided) -> dict
                    "max_model_len": limits.max_model_len},
         "planners": {"decode": planners.decode, "prefill": planners.prefill, "tensor_core_decode": pl_info["tcd"],
                      "tensor_core_decode_reason": pl_info["tcd_why"], "trtllm_attention": pl_info["trt_src"]},
-        "groups": [dict(g.as_dict(), label=_kind_label(g, model.groups), need_bytes=n.requirement.float_bytes,
+        "groups": [dict(g.as_dict(), label=_kind_label(g, model.groups) + (f" ({_RUNNER[runner]})" if runner else ""),
+                        runner=runner, need_bytes=n.requirement.float_bytes,
                         scenario=n.requirement.dominant.name if n.requirement.dominant else None,
                         batch=n.requirement.dominant.batch if n.requirement.dominant else None,
                         decode=n.requirement.planners.decode, prefill=n.requirement.planners.prefill,
-                        dominant=g is g_top)
-                   for g, _f, n in dd.needs],
+                        dominant=f is facts)
+                   for g, runner, f, n in dd.needs],
         "model_reader": model.reader,
         "planner_candidates": _candidate_rows(facts, computed), "planner_missing": list(computed.choice.missing),
         "planner_notes": pl_info["notes"],

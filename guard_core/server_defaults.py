@@ -143,6 +143,9 @@ class Deployment:
     model_max_len: int | None = None  # from the model's config
     draft_tokens: int | None = None
     speculative: bool = False
+    speculative_algorithm: str | None = None  # SGLang --speculative-algorithm
+    eagle_topk: int | None = None  # SGLang --speculative-eagle-topk
+    spec_steps: int | None = None  # SGLang --speculative-num-steps
     capture_sizes: tuple[int, ...] | None = None
     max_capture: int | None = None
     eager: bool = False
@@ -484,8 +487,11 @@ def sglang_defaults(d: Deployment, line: str, line_source: str) -> Defaults:
     else:
         v["max_num_seqs"] = Derived(4096, f"{label} sizes max running requests from the KV pool at start-up; "
                                           "assumed unbounded (4096) for the eager shapes")
+    d = _sglang_eagle(v, d, given, label)
     k = d.draft_tokens or 0
     _draft_context_page(v, d, k, given, 1, f"{label} default page size")
+    if "spec_steps" in v and not v["spec_steps"].passed:
+        v["draft_tokens"] = Derived(k, v["spec_steps"].source)
     if d.eager:
         v["capture_sizes"] = Derived((), f"CUDA graphs disabled ({given})", True)
     elif d.capture_sizes:
@@ -508,6 +514,38 @@ def sglang_defaults(d: Deployment, line: str, line_source: str) -> Defaults:
     v["flashinfer"] = (Derived(d.flashinfer, "given", True) if d.flashinfer else
                        Derived(pinned_flashinfer("sglang", line), f"{label} pins it"))
     return out
+
+
+def _sglang_eagle(v: dict, d: Deployment, given: str, label: str) -> Deployment:
+    """SGLang's EAGLE family (EAGLE, EAGLE3, NEXTN, STANDALONE): without --speculative-num-steps it
+    picks (steps, topk, draft tokens) itself, (5, 4, 8) for LlamaForCausalLM and Grok-1, (3, 1, 4)
+    otherwise and for STANDALONE (auto_choose_speculative_params, server_args.py 0.5.5:4176-4200,
+    0.5.11:7471-7495; arg_groups/speculative_hook.py 0.5.23:1430-1470); with topk 1 the draft
+    tokens are steps + 1 (0.5.5:1597-1604, 0.5.23:1255-1266). The draft worker decodes topk x bs
+    requests per step (``eagle_topk``)."""
+    from dataclasses import replace
+
+    algo = (d.speculative_algorithm or "").upper()
+    if algo not in ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE"):
+        return d
+    steps, topk, n = d.spec_steps, d.eagle_topk, (d.draft_tokens + 1 if d.draft_tokens is not None else None)
+    src = given
+    if steps is None:
+        auto = (3, 1, 4) if algo == "STANDALONE" else (
+            (5, 4, 8) if d.architecture in ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM") else (3, 1, 4))
+        steps, topk, n = auto
+        src = f"{label} picks (steps, topk, draft tokens) = {auto} for {d.architecture or 'this model'}"
+    topk = topk or 1
+    if topk == 1 and n != steps + 1:
+        n = steps + 1
+        src = f"{src}; topk 1: draft tokens = steps + 1 ({label})"
+    if n is None:
+        raise ValueError("--speculative-eagle-topk above 1 needs --speculative-num-draft-tokens (SGLang does not "
+                         "pick it when the steps are given)")
+    v["eagle_topk"] = Derived(topk, given if d.eagle_topk is not None and d.spec_steps is not None else src,
+                              d.eagle_topk is not None)
+    v["spec_steps"] = Derived(steps, given if d.spec_steps is not None else src, d.spec_steps is not None)
+    return replace(d, draft_tokens=n - 1, speculative=True)
 
 
 def sglang_default_workspace(sglang_version: str | None, architecture: str | None) -> int:

@@ -21,7 +21,7 @@ from typing import Any
 from .releases import NATIVE_VAR
 
 __all__ = ["FRAMEWORKS", "FrameworkNames", "WorkspaceFacts", "WorkspaceNeed", "WorkspaceOutcome",
-           "need", "decide", "remedies", "is_out_of_memory", "assess_fixed_split", "decide_fixed_split"]
+           "need", "decide", "remedies", "vllm_graph_limits", "vllm_reorder_batch_threshold", "sglang_runner_limits", "is_out_of_memory", "assess_fixed_split", "decide_fixed_split"]
 
 
 @dataclass(frozen=True)
@@ -189,6 +189,60 @@ def decide_fixed_split(facts: WorkspaceFacts, computed: WorkspaceNeed, assessmen
     dec = decide_fixed_split_workspace(req, assessment, framework=facts.framework, server_bytes=int(server_bytes),
                                        settings=settings, flashinfer_version=facts.flashinfer_version)
     return WorkspaceOutcome(dec, req, computed.warnings)
+
+
+def vllm_reorder_batch_threshold(draft_tokens: int, spec_as_decode: bool | None, dcp: int = 1,
+                                 parallel_drafting: bool = False) -> int | None:
+    """vLLM's FlashInfer builder ``reorder_batch_threshold`` (``_init_reorder_batch_threshold(1,
+    supports_spec_as_decode=...)``, v1/attention/backend.py 0.23.0:557-587): 1 + draft tokens
+    (twice the drafts with parallel drafting) where the builder runs speculative batches as
+    decodes, else 1, and 1 under decode context parallel. ``spec_as_decode`` None: unknown (None).
+    What ``spec_as_decode`` is per line: 0.23.0 ``can_use_trtllm`` (flashinfer.py:648,667); 0.32.0
+    ``flashinfer_trtllm_api_decode_kernel is not None`` (flashinfer.py:928-932); 0.33.0 that or
+    ``_use_fa2_native_decode()`` (below SM90, flashinfer.py:118-120,1054-1058)."""
+    if int(dcp or 1) > 1:
+        return 1
+    if spec_as_decode is None:
+        return None
+    if spec_as_decode and int(draft_tokens or 0) > 0:
+        return 1 + (2 if parallel_drafting else 1) * int(draft_tokens)
+    return 1
+
+
+def vllm_graph_limits(*, capture_sizes, max_num_seqs: int, max_num_batched_tokens: int, draft_tokens: int,
+                      max_model_len, reorder_batch_threshold):
+    """The serving envelope of one vLLM FlashInfer builder: which CUDA graphs vLLM captures and
+    plans in this buffer. ``capture_sizes``: the capture list up to the builder's
+    ``_decode_cudagraph_max_bs``, in tokens. Speculative verify batches run through the decode
+    graphs only where the builder treats them as decodes (``reorder_batch_threshold`` > 1;
+    None: unknown, the larger need); otherwise they are prefills (eager) and the decode graphs
+    hold one token per request. The adapter reads the threshold from the builder, ``plan``
+    from ``vllm_reorder_batch_threshold``."""
+    from .sizing import ServingLimits
+
+    verify_in_graph = True if reorder_batch_threshold is None else int(reorder_batch_threshold) > 1
+    return ServingLimits(capture_sizes=tuple(capture_sizes), max_num_seqs=int(max_num_seqs),
+                         max_num_batched_tokens=int(max_num_batched_tokens), draft_tokens=int(draft_tokens or 0),
+                         eager=True, max_model_len=max_model_len, verify_in_graph=verify_in_graph,
+                         capture_unit="tokens", one_token_graphs=False)
+
+
+def sglang_runner_limits(*, capture_sizes, max_num_seqs: int, chunk: int, max_model_len, speculative: bool,
+                         draft_runner: bool = False, verify_q: int | None = None, topk: int | None = None):
+    """The serving envelope of one SGLang model runner's FlashInfer backend, as
+    ``sglang_guard/workspace_facts.py`` reads it (``_read_limits``/``_speculative``): capture
+    sizes in requests; with speculation the target captures TARGET_VERIFY graphs only
+    (cuda_graph_runner.py 0.5.5:263-277), each request holding ``verify_q`` tokens
+    (speculative_num_draft_tokens counts the bonus token); the draft worker verifies nothing
+    and decodes ``topk`` x bs requests per step (flashinfer_backend.py 0.5.5:1446, 0.5.23:2501)."""
+    from .sizing import ServingLimits
+
+    per_seq = max(1, int(topk or 1)) if (speculative and draft_runner) else 1
+    vq = int(verify_q) if (speculative and not draft_runner and verify_q) else None
+    return ServingLimits(capture_sizes=tuple(capture_sizes), max_num_seqs=int(max_num_seqs),
+                         max_num_batched_tokens=int(chunk), draft_tokens=max(0, (vq or 1) - 1), verify_q_len=vq,
+                         eager=True, max_model_len=max_model_len, decode_requests_per_seq=per_seq,
+                         one_token_graphs=not (speculative and not draft_runner))
 
 
 def is_out_of_memory(exc: BaseException) -> bool:

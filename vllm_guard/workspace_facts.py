@@ -150,7 +150,8 @@ def _facts(builder, gpu):
     """What the core needs about this builder: (AttentionLayout, ServingLimits,
     PlannerFacts, kv dtype bytes options, missing facts)."""
     from guard_core.planner_choice import PlannerFacts, dtype_bytes, dtype_kind
-    from guard_core.sizing import AttentionLayout, ServingLimits
+    from guard_core.sizing import AttentionLayout
+    from guard_core.workspace_decision import vllm_graph_limits
 
     vc = builder.vllm_config
     missing: list[str] = []
@@ -201,23 +202,17 @@ def _facts(builder, gpu):
     capture = _capture_sizes(builder, vc, draft, max_seqs, missing)
     threshold = getattr(builder, "reorder_batch_threshold", _MISSING)
     if threshold is _MISSING or threshold is None:
-        verify_in_graph = True  # unknown: the larger need
+        threshold = None  # unknown: the larger need
         if draft:
             missing.append("reorder_batch_threshold")
-    else:
-        # verify batches run through FlashInfer's decode graphs only when the
-        # builder treats spec tokens as decodes
-        verify_in_graph = int(threshold) > 1
-    limits = ServingLimits(
+    # the graphs vLLM captures: one core rule for the adapter and `plan`
+    limits = vllm_graph_limits(
         capture_sizes=capture,
         max_num_seqs=max_seqs,
         max_num_batched_tokens=_max_num_batched_tokens(builder),
         draft_tokens=draft,
-        eager=True,
         max_model_len=int(getattr(builder.model_config, "max_model_len", 0) or 0) or None,
-        verify_in_graph=verify_in_graph,
-        capture_unit="tokens",
-        one_token_graphs=False,
+        reorder_batch_threshold=threshold,
     )
     kv_options = None if kv_bytes else (2, 1)
     return layout, limits, pfacts, kv_options, missing

@@ -28,3 +28,64 @@ def test_gpt_oss_keeps_a_given_ceiling():
                   "--max-capture-batch", "512")
     assert r["defaults"]["values"]["max_capture"]["value"] == 512
     assert r["need"]["float_bytes"] == 204_206_080
+
+
+QWEN3_32B = "tests/data/model_configs/Qwen3-32B.json"
+NGRAM3 = '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}'
+
+
+def test_vllm_speculation_without_trtllm_decode_sizes_no_verify_graphs():
+    # vLLM 0.23.0 flashinfer.py:648,667: _init_reorder_batch_threshold(1, supports_spec_as_decode=
+    # can_use_trtllm); without TRT-LLM (H200) the threshold stays 1 (v1/attention/backend.py:557-587):
+    # verify batches are prefills, decode graphs hold one token per request. The plugin inside
+    # vLLM 0.23.0 sizes 386.5 MiB (405,270,528 B) for this deployment; plan said OVERFLOW 2576 MiB.
+    r = plan_json("--gpu", "h200", "--framework-version", "0.23.0", "--", "vllm", "serve", QWEN3_32B,
+                  "--speculative-config", NGRAM3)
+    assert r["limits"]["draft_tokens"] == 3
+    assert not any(s["name"] == "cuda_graph_verify" for s in r["scenarios"])
+    assert r["need"]["float_bytes"] == 405_270_528 and r["verdict"] == "ok"
+
+
+def test_vllm_speculation_counts_capture_sizes_in_tokens_where_verify_is_a_decode():
+    # TRT-LLM attention unknown on B300: the builder may verify through its decode graphs, whose
+    # capture sizes count tokens (a 512-token graph holds 128 requests of 4 tokens)
+    r = plan_json("--gpu", "b300", "--framework-version", "0.23.0", "--trtllm-attention", "off", "--", "vllm",
+                  "serve", QWEN3_32B, "--speculative-config", NGRAM3)
+    assert not any(s["name"] == "cuda_graph_verify" for s in r["scenarios"])  # off: threshold 1
+    r = plan_json("--gpu", "b300", "--framework-version", "0.23.0", "--", "vllm", "serve", QWEN3_32B,
+                  "--speculative-config", NGRAM3)
+    verify = [s for s in r["scenarios"] if s["name"] == "cuda_graph_verify"]
+    assert verify and max(s["batch"] for s in verify) == 128 and all(s["q_len"] == 4 for s in verify)
+
+
+LLAMA_8B = "tests/data/model_configs/Meta-Llama-3.1-8B.json"
+SGLANG = ["python", "-m", "sglang.launch_server", "--model-path", LLAMA_8B, "--speculative-algorithm", "EAGLE"]
+
+
+def test_sglang_eagle_topk_sizes_the_draft_decode_at_topk_x_bs():
+    # the draft worker's multi-step backend decodes topk x bs requests (flashinfer_backend.py
+    # 0.5.5:1446, 0.5.23:2501 ``bs = self.topk * num_seqs``); the plugin inside SGLang 0.5.23 on
+    # H200 sizes 42,204,672 B for this deployment; plan read neither option and sized 41,742,336 B
+    r = plan_json("--gpu", "h200", "--framework-version", "0.5.23", "--", *SGLANG, "--speculative-eagle-topk", "8",
+                  "--speculative-num-steps", "7", "--speculative-num-draft-tokens", "8",
+                  "--cuda-graph-max-bs-decode", "64")
+    assert r["need"]["float_bytes"] == 42_204_672
+    assert r["need"]["scenario"] == "cuda_graph_decode" and r["need"]["batch"] == 8 * 64
+    assert not any("topk" in o or "num-steps" in o for o in r["not_read_options"])
+    runners = {g["runner"]: g for g in r["groups"]}
+    assert runners["target"]["scenario"] == "cuda_graph_verify" and runners["target"]["need_bytes"] == 41_742_336
+    assert runners["draft"]["dominant"]
+
+
+def test_sglang_eagle_without_steps_takes_sglangs_own_choice():
+    # auto_choose_speculative_params: (steps, topk, draft tokens) = (5, 4, 8) for LlamaForCausalLM
+    # (server_args.py 0.5.5:4187-4189; arg_groups/speculative_hook.py 0.5.23:1440-1441)
+    r = plan_json("--gpu", "h200", "--framework-version", "0.5.23", "--", *SGLANG, "--cuda-graph-max-bs-decode", "64")
+    vals = r["defaults"]["values"]
+    assert vals["eagle_topk"]["value"] == 4 and vals["spec_steps"]["value"] == 5
+    assert r["limits"]["draft_tokens"] == 7
+    assert max(g["batch"] for g in r["groups"] if g["runner"] == "draft") == 4 * 64
+    # topk 1: the draft tokens become steps + 1 (server_args.py 0.5.5:1597-1604)
+    r = plan_json("--gpu", "h200", "--framework-version", "0.5.23", "--", *SGLANG, "--speculative-eagle-topk", "1",
+                  "--speculative-num-steps", "3", "--speculative-num-draft-tokens", "9")
+    assert r["limits"]["draft_tokens"] == 3
