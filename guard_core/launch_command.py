@@ -428,7 +428,12 @@ def native_workspace(framework: str, env: dict, environ, ops=None) -> tuple[int 
         if var in (environ or {}):
             raise _Unseen(var, why)
         return None, None
-    where = "in the launch command" if (var in env or _set_by_command(ops, var)) else "exported in this environment"
+    if var in env or _set_by_command(ops, var):
+        where = "in the launch command"
+    elif any(op[0] == "container" and ("pass", var) in op[2] for op in ops or ()):
+        where = f"exported in this environment and passed with -e {var}"
+    else:
+        where = "exported in this environment"
     raw = str(seen[var])
     n = read_int(raw)
     if n is None or not 0 < n <= (1 << 40) or len(raw) > 64:

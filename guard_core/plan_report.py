@@ -934,7 +934,8 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
     _print_scenarios(r, show_all, w)
     n = _print_need(r, w)
     if r["verdict"] == "ok":
-        w(f"verdict    OK: the need fits with {fmt_size(r['workspace_bytes'] - n['float_bytes'])} to spare\n")
+        w(f"verdict    OK: the need fits with {fmt_size(r['workspace_bytes'] - n['float_bytes'])} to spare"
+          f"{_buffer_why(r)}\n")
     else:
         _print_overflow(r, n, w)
         _print_remedies(r, w)
@@ -1057,7 +1058,7 @@ def _print_overflow(r: dict, n: dict, w) -> None:
         w(f"verdict    OVERFLOW: FlashInfer will raise on the first prompt longer than "
           f"{fx['longest_prompt_in_buffer']:,} tokens (the need grows with the prompt; start-up passes):\n")
     else:
-        w("verdict    OVERFLOW: FlashInfer will raise at start-up:\n")
+        w(f"verdict    OVERFLOW: FlashInfer will raise at start-up{_buffer_why(r)}:\n")
     if o:
         w(f"           Buffer overflow when allocating memory for {o['allocation']} with size {o['bytes']} "
           f"and alignment {o['alignment']}, but only {o['available']} bytes available in AlignedAllocator.\n")
@@ -1065,6 +1066,16 @@ def _print_overflow(r: dict, n: dict, w) -> None:
           f"{n['allocation']} ({n['allocation_bytes']:,} B)\n")
     if r.get("overflow_reason"):
         w(f"           why they differ: {r['overflow_reason']}\n")
+
+
+def _buffer_why(r: dict) -> str:
+    """Which buffer the verdict checked and why, where the environment decides it (a native size
+    variable, or an environment the command changes: docker run, env -i, env -u)."""
+    la = r.get("launch") or {}
+    env = r.get("environment") or ""
+    if not la.get("workspace_source") and env.startswith("the exported environment") and ";" not in env:
+        return ""
+    return f" (against {fmt_size(r['workspace_bytes'])}: {r['server_default_source']}; the server's environment: {env})"
 
 
 def _print_remedies(r: dict, w) -> None:

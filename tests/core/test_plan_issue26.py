@@ -4,7 +4,7 @@ Each expected figure is the plugin's own, measured inside the real server for th
 deployment (the issue's reproductions), or read from the server's code (cited per test).
 """
 
-from tests.core.test_plan_defaults import plan_json
+from tests.core.test_plan_defaults import plan, plan_json
 
 GPT_OSS = "tests/data/model_configs/gpt-oss-120b.json"
 
@@ -89,3 +89,65 @@ def test_sglang_eagle_without_steps_takes_sglangs_own_choice():
     r = plan_json("--gpu", "h200", "--framework-version", "0.5.23", "--", *SGLANG, "--speculative-eagle-topk", "1",
                   "--speculative-num-steps", "3", "--speculative-num-draft-tokens", "9")
     assert r["limits"]["draft_tokens"] == 3
+
+
+SEED_MODEL = "nvidia/Qwen3.5-397B-A17B-NVFP4"  # the vLLM seed: 513.5 MiB against vLLM 0.19.1's 394 MiB
+GIB = "1073741824"
+
+
+def test_docker_run_passes_only_its_own_env(monkeypatch):
+    # the container gets only -e/--env/--env-file (docker run reference); an exported 1 GiB never reaches
+    # vLLM: it allocates its 394 MiB default and dies (issue 26, 4); plan checked the exported 1 GiB: OK
+    monkeypatch.setenv("VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE", GIB)
+    docker = ["--", "docker", "run", "--gpus", "all", "vllm/vllm-openai:v0.19.1", "--model", SEED_MODEL]
+    r = plan_json(*docker)
+    assert r["workspace_bytes"] == 413_138_944 and r["verdict"] == "overflow"
+    assert "docker run passes only" in r["environment"]
+    assert any("does not see it" in n for n in r["notes"])
+    code, out, _ = plan(*docker)
+    assert "verdict    OVERFLOW: FlashInfer will raise at start-up (against 394.0 MiB" in out
+    # passed with -e VAR (the client's value), -e VAR=value, --env=VAR=value: the container sees it
+    for e in (["-e", "VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE"], ["-e", f"VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE={GIB}"],
+              [f"--env=VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE={GIB}"]):
+        r = plan_json("--", "docker", "run", *e, "vllm/vllm-openai:v0.19.1", "--model", SEED_MODEL)
+        assert r["workspace_bytes"] == int(GIB) and r["verdict"] == "ok", e
+
+
+def test_env_file_of_docker_run(monkeypatch, tmp_path):
+    monkeypatch.delenv("VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE", raising=False)
+    f = tmp_path / "server.env"
+    f.write_text(f"# sizes\nVLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE={GIB}\n")
+    r = plan_json("--", "podman", "run", "--env-file", str(f), "vllm/vllm-openai:v0.19.1", "--model", SEED_MODEL)
+    assert r["workspace_bytes"] == int(GIB) and r["verdict"] == "ok"
+
+
+def test_env_i_and_env_unset_take_the_variable_away(monkeypatch):
+    monkeypatch.setenv("VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE", GIB)
+    assert plan_json("--", "vllm", "serve", SEED_MODEL)["verdict"] == "ok"  # exported: the server sees it
+    for prefix in (["env", "-i", "PATH=/usr/bin"], ["env", "-u", "VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE"],
+                   ["env", "--unset=VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE"]):
+        r = plan_json("--", *prefix, "vllm", "serve", SEED_MODEL)
+        assert r["workspace_bytes"] == 413_138_944 and r["verdict"] == "overflow", prefix
+    # and env -i then an assignment: the assignment holds
+    r = plan_json("--", "env", "-i", f"VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE={GIB}", "vllm", "serve", SEED_MODEL)
+    assert r["workspace_bytes"] == int(GIB)
+
+
+def test_sglang_in_docker_does_not_see_the_exported_size(monkeypatch):
+    monkeypatch.setenv("SGLANG_FLASHINFER_WORKSPACE_SIZE", str(1 << 31))
+    cmd = ["lmsysorg/sglang:v0.5.5", "python3", "-m", "sglang.launch_server", "--model-path", LLAMA_8B]
+    assert plan_json("--", "docker", "run", *cmd)["workspace_bytes"] == 384 << 20
+    assert plan_json("--", "docker", "run", "-e", "SGLANG_FLASHINFER_WORKSPACE_SIZE", *cmd)["workspace_bytes"] == 1 << 31
+
+
+def test_the_guards_switches_come_from_the_servers_environment(monkeypatch):
+    # FLASHINFER_GUARD_* as the server process sees them: exported here but not passed to the container
+    monkeypatch.setenv("FLASHINFER_GUARD_WORKSPACE", "off")
+    docker = ["--", "docker", "run", "vllm/vllm-openai:v0.19.1", "--model", SEED_MODEL]
+    r = plan_json(*docker)
+    assert r["guard"]["action"] == "raise"  # the container's guard runs with its defaults
+    r = plan_json("--", "docker", "run", "-e", "FLASHINFER_GUARD_WORKSPACE", "vllm/vllm-openai:v0.19.1", "--model",
+                  SEED_MODEL)
+    assert r["guard"]["action"] == "off" and r["verdict"] == "overflow"
+    monkeypatch.setenv("FLASHINFER_GUARD", "0")
+    assert plan_json("--", "vllm", "serve", SEED_MODEL)["guard"]["enabled"] is False
