@@ -67,6 +67,8 @@ class Launch:
     draft_tokens: int | None = None
     draft_tokens_from_model: bool = False  # vLLM MTP without num_speculative_tokens: the model's MTP depth
     speculative: str | None = None  # method / algorithm
+    # --hf-overrides (vLLM) / --json-model-override-args (SGLang): {"option", "values", "nested"}
+    model_overrides: dict | None = None
     eagle_topk: int | None = None  # SGLang --speculative-eagle-topk
     spec_steps: int | None = None  # SGLang --speculative-num-steps
     capture_sizes: tuple[int, ...] | None = None
@@ -993,6 +995,24 @@ def _display(opt, values) -> str:
     return f"{opt} {values}"
 
 
+def apply_model_overrides(cfg: dict, overrides: dict) -> dict:
+    """A model config with the command's overrides, as the server applies them: SGLang
+    ``config.update(json_model_override_args)`` (a shallow update, hf_transformers_utils.py
+    0.5.5:267-268); vLLM ``hf_overrides`` key by key, a nested config updated recursively and
+    any other value set as is (``ModelConfig._apply_dict_overrides``, config/model.py 0.23.0:449-464)."""
+    def deep(base: dict, over: dict, depth: int = 0) -> dict:
+        out = dict(base)
+        for k, v in over.items():
+            if depth < 8 and isinstance(v, dict) and isinstance(out.get(k), dict):
+                out[k] = deep(out[k], v, depth + 1)
+            else:
+                out[k] = v
+        return out
+
+    vals = overrides.get("values") or {}
+    return deep(cfg, vals) if overrides.get("nested") else {**cfg, **vals}
+
+
 def _heads_override(obj) -> list[str]:
     keys: list[str] = []
 
@@ -1036,11 +1056,13 @@ def resolve(framework: str, form: str, ns: dict, seen: list, env: dict, environ,
             continue
         listed.add(text)
         if dest == "hf_overrides" or dest == "json_model_override_args":
-            keys = _heads_override(_json_obj(opt, values) if isinstance(values, str) else ns.get(dest))
-            if keys:
-                out.not_read.append(text)
-                out.notes.append(f"{opt} overrides {', '.join(keys)}: not applied here; the plan sizes the model's "
-                                 "own config (give --qo-heads/--kv-heads/--head-dim to size the overridden model)")
+            obj = _json_obj(opt, values) if isinstance(values, str) else _json_obj(opt, ns.get(dest))
+            if obj:  # applied to the model's config as the server applies it (issue 26)
+                out.model_overrides = {"option": opt, "values": obj, "nested": framework == "vllm"}
+                keys = _heads_override(obj)
+                if keys:
+                    out.notes.append(f"{opt} overrides {', '.join(keys)}: applied to the model's config as "
+                                     f"{framework_label(framework)} applies it")
                 continue
         (out.ignored if dest in harmless else out.not_read).append(text)
     try:

@@ -475,7 +475,38 @@ def _plan_model(a, L, environ, notes: list):
     if model_source_default:
         model_source = "the default model, the vLLM seed's"
     model_source = f"{name}: {model_source}" if name != facts.name else model_source
+    if L is not None and L.model_overrides:
+        facts, model_source, model_max_len, model_path = _overridden(L.model_overrides, facts, model_source,
+                                                                     model_max_len, model_path, notes)
     return facts, model_source, model_max_len, model_path, name
+
+
+def _overridden(ov: dict, facts, source: str, max_len, path, notes: list):
+    """The model with the command's --hf-overrides / --json-model-override-args applied as the
+    server applies them (``launch_command.apply_model_overrides``); the merged config is written
+    to a private temporary file, which the server's own reader reads too."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from .launch_command import apply_model_overrides
+    from .presets import facts_from_config, read_config
+
+    if not path:
+        notes.append(f"{ov['option']} not applied: the model {facts.name} is a preset without a config.json")
+        return facts, source, max_len, path
+    try:
+        merged = apply_model_overrides(read_config(path), ov)
+        d = tempfile.mkdtemp(prefix="flashinfer-guard-plan-")
+        atexit.register(shutil.rmtree, d, True)
+        new_path = os.path.join(d, "config.json")
+        with open(new_path, "w", encoding="utf-8") as fh:
+            json.dump(merged, fh)
+        new = facts_from_config(merged, path)
+    except (ModelError, OSError, TypeError, ValueError) as exc:
+        raise PlanUsageError(f"{ov['option']} in the launch command: {exc}") from None
+    return (new, f"{source}, with {ov['option']} applied", _max_len_of(new_path) or _groups_max_len(new) or max_len,
+            new_path)
 
 
 def _deployment(a, L, fw, gpu, gpu_key, facts, model_max_len, model_name, environ, notes: list):

@@ -146,7 +146,9 @@ def test_case9_spellings_vllm():
         l = read(cmd)
         assert (l.framework, l.model, l.tp) == ("vllm", "m", 2), cmd
     l = read('vllm serve m --hf-overrides {"num_key_value_heads":1} --port 8000')
-    assert l.ignored == ["--port 8000"] and l.not_read and "num_key_value_heads" in " ".join(l.notes)
+    # issue 26: read and applied to the model's config (no longer "not read")
+    assert l.ignored == ["--port 8000"] and not l.not_read and "num_key_value_heads" in " ".join(l.notes)
+    assert l.model_overrides["values"] == {"num_key_value_heads": 1}
 
 
 def test_ignored_means_known_harmless_else_not_read():
@@ -242,7 +244,9 @@ def test_case9_sglang_spellings_per_line():
         read("python -m sglang.launch_server --model m --cuda-graph-max-bs 64", line="0.5.23")
     assert read("python -m sglang.launch_server --model m --cuda-graph-max-bs 64", line="0.5.5").max_capture == 64
     l = read('python -m sglang.launch_server --model m --json-model-override-args {"num_attention_heads":8}')
-    assert l.not_read and "num_attention_heads" in " ".join(l.notes)
+    assert not l.not_read and "num_attention_heads" in " ".join(l.notes)  # applied (issue 26)
+    assert l.model_overrides == {"option": "--json-model-override-args", "values": {"num_attention_heads": 8},
+                                 "nested": False}
     l = read("docker run --gpus all --ipc=host lmsysorg/sglang:latest python3 -m sglang.launch_server "
              "--model-path m --tp 2")
     assert (l.framework, l.model, l.tp) == ("sglang", "m", 2)

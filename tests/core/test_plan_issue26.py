@@ -151,3 +151,45 @@ def test_the_guards_switches_come_from_the_servers_environment(monkeypatch):
     assert r["guard"]["action"] == "off" and r["verdict"] == "overflow"
     monkeypatch.setenv("FLASHINFER_GUARD", "0")
     assert plan_json("--", "vllm", "serve", SEED_MODEL)["guard"]["enabled"] is False
+
+
+def test_model_overrides_are_applied_as_the_server_applies_them():
+    # SGLang: config.update(json_model_override_args) (hf_transformers_utils.py 0.5.5:267-268)
+    sg = ["--gpu", "h200", "--framework-version", "0.5.23", "--", "python", "-m", "sglang.launch_server",
+          "--model-path", QWEN3_32B]
+    base = plan_json(*sg)
+    r = plan_json(*sg, "--json-model-override-args", '{"num_key_value_heads": 32}')
+    assert (base["layout"]["num_kv_heads"], r["layout"]["num_kv_heads"]) == (8, 32)
+    assert not any("override" in o for o in r["ignored_options"] + r["not_read_options"])
+    assert r["need"]["float_bytes"] != base["need"]["float_bytes"]
+    # vLLM: hf_overrides key by key, a nested config updated recursively (config/model.py 0.23.0:449-464)
+    vl = ["--gpu", "h200", "--framework-version", "0.23.0", "--", "vllm", "serve", QWEN3_32B]
+    r = plan_json(*vl, "--hf-overrides", '{"num_attention_heads": 32, "head_dim": 256}')
+    assert (r["layout"]["num_qo_heads"], r["layout"]["head_dim_qk"]) == (32, 256)
+
+
+def test_flashinfer_guard_moe_is_honoured(monkeypatch):
+    # the evidence row route-map-oob (FlashInfer #4237/#4288) on SM103 with FlashInfer 0.6.6: "default
+    # warn, strict block"; `doctor` reads FLASHINFER_GUARD_MOE=strict, plan ignored it
+    r = plan_json("--gpu", "b300")
+    assert r["moe"]["block"] is False and r["moe"]["setting"] == "auto"
+    monkeypatch.setenv("FLASHINFER_GUARD_MOE", "strict")
+    r = plan_json("--gpu", "b300")
+    assert r["moe"]["block"] is True and r["moe"]["setting"] == "strict"
+    assert r["moe"]["decision"]["block"] is True
+
+
+def test_split_tile_sizes_are_read_with_pythons_int(monkeypatch):
+    # SGLang's get_int_env_var: int(value), its default only where int() raises (utils/common.py
+    # 0.5.5:257-265, 0.5.23:1445-1452); int() reads fullwidth digits and underscores
+    from guard_core.fixed_split import split_sizes_from_env
+
+    assert split_sizes_from_env({"SGLANG_FLASHINFER_PREFILL_SPLIT_TILE_SIZE": "\uff18\uff11\uff19\uff12",
+                                 "SGLANG_FLASHINFER_DECODE_SPLIT_TILE_SIZE": " 1_024 "})[:2] == (8192, 1024)
+    p, d, notes = split_sizes_from_env({"SGLANG_FLASHINFER_PREFILL_SPLIT_TILE_SIZE": "4k"})
+    assert (p, d) == (4096, 2048) and "its default 4096" in notes[0]
+    cmd = ["--gpu", "gb10", "--framework-version", "0.5.23", "--qo-heads", "24", "--kv-heads", "4", "--head-dim",
+           "256", "--", "env", "SGLANG_FLASHINFER_PREFILL_SPLIT_TILE_SIZE=\uff18\uff11\uff19\uff12", "python", "-m",
+           "sglang.launch_server", "--model-path", "x", "--enable-deterministic-inference", "--context-length", "8192"]
+    r = plan_json(*cmd)
+    assert r["fixed_split"]["prefill_split_tile_size"] == 8192
