@@ -285,18 +285,21 @@ def build_facts(a, cmd: Command, server: ServerConfig, model: ModelView) -> Fact
 def _limits(fw, server: ServerConfig, model: ModelView, pfacts, notes: list):
     """The serving limits the adapter reads from the server: vLLM's builder through the core's
     one rule (``workspace_decision.vllm_graph_limits``: which graphs vLLM captures on this line)."""
-    from .workspace_decision import vllm_graph_limits, vllm_reorder_batch_threshold
+    from .workspace_decision import vllm_graph_limits, vllm_reorder_batch_threshold, vllm_spec_decode_graphs
 
     defaults = server.defaults
     draft = defaults.get("draft_tokens") or 0
     if fw != "vllm":
         return _sglang_runners(server, draft, notes)
-    threshold = vllm_reorder_batch_threshold(draft, _vllm_spec_as_decode(server, pfacts), model.dcp)
-    if draft and threshold == 1:
-        notes.append(f"speculative verify batches ({1 + draft} tokens per request) run as prefills here: vLLM's "
-                     "FlashInfer builder keeps reorder_batch_threshold 1 without TRT-LLM decode "
-                     "(_init_reorder_batch_threshold), so its decode graphs hold one token per request")
-    return [("", vllm_graph_limits(capture_sizes=defaults.decode_graph_sizes, max_num_seqs=defaults.get("max_num_seqs"),
+    spec_as_decode = _vllm_spec_as_decode(server, pfacts)
+    threshold = vllm_reorder_batch_threshold(draft, spec_as_decode, model.dcp)
+    capture = defaults.decode_graph_sizes
+    if vllm_spec_decode_graphs(draft, spec_as_decode, model.dcp) is False and capture:
+        capture = ()
+        notes.append(f"speculative decoding without a FlashInfer builder that decodes {1 + draft}-token batches: vLLM "
+                     "drops its FULL decode CUDA graphs to PIECEWISE (resolve_cudagraph_mode_and_sizes), so "
+                     "FlashInfer plans every batch eagerly, verify batches as prefills")
+    return [("", vllm_graph_limits(capture_sizes=capture, max_num_seqs=defaults.get("max_num_seqs"),
                                    max_num_batched_tokens=defaults.get("max_batched_tokens"), draft_tokens=draft,
                                    max_model_len=defaults.get("max_model_len"), reorder_batch_threshold=threshold))]
 

@@ -21,7 +21,7 @@ from typing import Any
 from .releases import NATIVE_VAR
 
 __all__ = ["FRAMEWORKS", "FrameworkNames", "WorkspaceFacts", "WorkspaceNeed", "WorkspaceOutcome",
-           "need", "decide", "remedies", "vllm_graph_limits", "vllm_reorder_batch_threshold", "sglang_runner_limits", "is_out_of_memory", "assess_fixed_split", "decide_fixed_split"]
+           "need", "decide", "remedies", "vllm_graph_limits", "vllm_reorder_batch_threshold", "vllm_spec_decode_graphs", "sglang_runner_limits", "is_out_of_memory", "assess_fixed_split", "decide_fixed_split"]
 
 
 @dataclass(frozen=True)
@@ -207,6 +207,22 @@ def vllm_reorder_batch_threshold(draft_tokens: int, spec_as_decode: bool | None,
     if spec_as_decode and int(draft_tokens or 0) > 0:
         return 1 + (2 if parallel_drafting else 1) * int(draft_tokens)
     return 1
+
+
+def vllm_spec_decode_graphs(draft_tokens: int, spec_as_decode: bool | None, dcp: int = 1) -> bool | None:
+    """Whether vLLM keeps FULL decode CUDA graphs (the ones FlashInfer plans) with speculative
+    decoding: only where the FlashInfer builder reports ``AttentionCGSupport.UNIFORM_BATCH``,
+    which is where it runs speculative batches as decodes (``get_cudagraph_support``:
+    flashinfer.py 0.23.0:713-745 TRT-LLM decode for every KV spec; 0.33.0:1176-1226 TRT-LLM/XQA
+    decode, or FA2's native decode below SM90; never under DCP); otherwise
+    ``resolve_cudagraph_mode_and_sizes`` drops to PIECEWISE (or NONE) (config/compilation.py
+    0.23.0:1398-1416, 0.33.0:1449-1466) and the builder's ``enable_cuda_graph`` is False.
+    True without speculation; None: unknown."""
+    if not int(draft_tokens or 0):
+        return True
+    if int(dcp or 1) > 1:
+        return False
+    return spec_as_decode
 
 
 def vllm_graph_limits(*, capture_sizes, max_num_seqs: int, max_num_batched_tokens: int, draft_tokens: int,
