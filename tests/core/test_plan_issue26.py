@@ -199,3 +199,12 @@ def test_split_tile_sizes_are_read_with_pythons_int(monkeypatch):
            "sglang.launch_server", "--model-path", "x", "--enable-deterministic-inference", "--context-length", "8192"]
     r = plan_json(*cmd)
     assert r["fixed_split"]["prefill_split_tile_size"] == 8192
+
+
+def test_native_size_is_read_with_pythons_int(monkeypatch):
+    # vLLM: int(os.getenv("VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE", ...)) (envs.py 0.23.0:1607-1609);
+    # SGLang: EnvInt.parse -> int(value) (environ.py 0.5.23:153-158): fullwidth digits, underscores, spaces
+    for raw in ("\uff11\uff10\uff17\uff13\uff17\uff14\uff11\uff18\uff12\uff14", " 1_073_741_824 "):
+        monkeypatch.setenv("VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE", raw)
+        r = plan_json("--", "vllm", "serve", SEED_MODEL)
+        assert r["workspace_bytes"] == int(GIB) and r["verdict"] == "ok", raw
