@@ -54,10 +54,12 @@ def sglang_min_kv_pool_tokens(line: str | None) -> int:
 
 
 def split_sizes_from_env(environ) -> tuple[int | None, int | None, list[str]]:
-    """(prefill split, decode split, notes) as SGLang's ``get_int_env_var`` reads them:
-    unset or empty -> the default; an integer -> that (<= 0: FlashInfer's own SM-capped
-    split, returned as None); anything else makes SGLang's ``int()`` raise at start-up,
-    which the notes say (and the default is sized)."""
+    """(prefill split, decode split, notes) as SGLang's ``get_int_env_var`` reads them
+    (sglang/srt/utils/common.py 0.5.5:257-265, 0.5.11:357-364, 0.5.23:1445-1452): unset or
+    blank -> the default; else Python's ``int()`` of the value (surrounding spaces, underscores
+    between digits, any Unicode decimal digits such as fullwidth ones); what ``int()`` refuses
+    -> the default too (``except ValueError: return default``), which the notes say. A split
+    <= 0: FlashInfer's own SM-capped split, returned as None."""
     out, notes = [], []
     for var, default in ((PREFILL_SPLIT_VAR, DEFAULT_PREFILL_SPLIT), (DECODE_SPLIT_VAR, DEFAULT_DECODE_SPLIT)):
         raw = None
@@ -65,16 +67,21 @@ def split_sizes_from_env(environ) -> tuple[int | None, int | None, list[str]]:
             raw = environ.get(var)
         except Exception:
             raw = None
-        if raw is None or str(raw).strip() == "":
+        if raw is None or not str(raw).strip():
             out.append(default)
             continue
-        text = str(raw).strip()
-        digits = text[1:] if text[:1] in "+-" else text
-        if not (digits.isascii() and digits.isdigit() and len(digits) <= 12):
-            notes.append(f"{var}={text[:40]!r} is not an integer: SGLang's int() refuses it; sized for {default}")
+        text = str(raw)
+        try:
+            v = int(text) if len(text) <= 64 else None
+        except ValueError:
+            v = None
+        if v is None:
+            notes.append(f"{var}={text.strip()[:40]!r} is not an integer to SGLang's int(): it uses its default "
+                         f"{default}")
             out.append(default)
             continue
-        v = int(text)
+        if v > (1 << 40):
+            notes.append(f"{var}={v}: larger than any KV cache; sized as one split")
         out.append(v if v > 0 else None)
         if v <= 0:
             notes.append(f"{var}={v}: no fixed split, FlashInfer's SM-capped split")

@@ -67,6 +67,10 @@ class Launch:
     draft_tokens: int | None = None
     draft_tokens_from_model: bool = False  # vLLM MTP without num_speculative_tokens: the model's MTP depth
     speculative: str | None = None  # method / algorithm
+    # --hf-overrides (vLLM) / --json-model-override-args (SGLang): {"option", "values", "nested"}
+    model_overrides: dict | None = None
+    eagle_topk: int | None = None  # SGLang --speculative-eagle-topk
+    spec_steps: int | None = None  # SGLang --speculative-num-steps
     capture_sizes: tuple[int, ...] | None = None
     max_capture: int | None = None
     eager: bool = False
@@ -86,6 +90,8 @@ class Launch:
     deterministic: bool = False  # SGLang --enable-deterministic-inference
     kv_pool_tokens: int | None = None  # SGLang --max-total-tokens
     env: dict = field(default_factory=dict)  # leading VAR=value assignments the plan reads (READ_ENV)
+    # the command's operations on the environment the server inherits (server_environment)
+    env_ops: list = field(default_factory=list)
     ignored: list = field(default_factory=list)  # passed, known not to change the workspace
     not_read: list = field(default_factory=list)  # passed, not read: the default is assumed
     notes: list = field(default_factory=list)
@@ -100,10 +106,14 @@ class Launch:
     def deployment(self) -> dict:
         """What the command resolves to (for comparing readers): every read field."""
         d = self.as_dict()
-        for k in ("form", "reader", "ignored", "not_read", "notes", "workspace_source"):
+        for k in ("form", "reader", "ignored", "not_read", "notes", "workspace_source", "env_ops"):
             d.pop(k)
         return d
 
+
+# SGLang's speculative algorithms with an EAGLE-style draft worker whose steps/topk/draft tokens SGLang
+# resolves itself (server_args.py 0.5.5:1523-1604: NEXTN -> EAGLE; EAGLE, EAGLE3, STANDALONE)
+SGLANG_EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
 
 # Leading VAR=value assignments of a launch command that change the plan (read, not skipped):
 # SGLang's deterministic split tile sizes (flashinfer_backend.py, get_int_env_var).
@@ -156,8 +166,11 @@ def _take_env(tok: str, env: dict) -> None:
     env[k] = v
 
 
-def _skip_options(rest: list[str], i: int, value_opts, env: dict | None = None, env_opts=()) -> int:
-    """Skip a tool's options from ``rest[i]`` (``--opt value``, ``--opt=value``, flags) to its command."""
+def _skip_options(rest: list[str], i: int, value_opts, env: dict | None = None, env_opts=(),
+                  container: list | None = None) -> int:
+    """Skip a tool's options from ``rest[i]`` (``--opt value``, ``--opt=value``, flags) to its command.
+    ``container``: `docker run`'s environment items, in order: ("set", VAR, value) for ``-e VAR=value``,
+    ("pass", VAR) for ``-e VAR`` (the client's value), ("file", PATH) for ``--env-file``."""
     while i < len(rest) and rest[i].startswith("-"):
         tok = rest[i]
         if tok == "--":
@@ -166,17 +179,63 @@ def _skip_options(rest: list[str], i: int, value_opts, env: dict | None = None, 
         if name in value_opts and not eq:
             if i + 1 < len(rest) and env is not None and name in env_opts and _is_env(rest[i + 1]):
                 _take_env(rest[i + 1], env)
+            if i + 1 < len(rest) and container is not None:
+                _container_env(name, rest[i + 1], container)
             i += 2
             continue
         if eq and env is not None and name in env_opts and _is_env(val):
             _take_env(val, env)
+        if eq and container is not None:
+            _container_env(name, val, container)
         i += 1
     return i
 
 
-def split_command(argv: list[str]) -> tuple[str, str, list[str], dict]:
-    """(framework, form, the server's arguments, the command's environment assignments)."""
+def _container_env(name: str, val: str, container: list) -> None:
+    if name in ("-e", "--env"):
+        k, eq, v = val.partition("=")
+        if _ENV_NAME_RE.fullmatch(k):
+            container.append(("set", k, v) if eq else ("pass", k))
+    elif name == "--env-file":
+        container.append(("file", val))
+
+
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _env_options(rest: list[str], env: dict, ops: list) -> int:
+    """`env [-i] [-u VAR] [VAR=value ...]` (GNU coreutils env): the index of its command; each
+    option becomes an op on the environment the server inherits."""
+    i = 1
+    while i < len(rest) and (rest[i].startswith("-") or _is_env(rest[i])):
+        tok = rest[i]
+        if tok == "--":
+            i += 1
+            break
+        if tok in ("-i", "--ignore-environment", "-"):
+            ops.append(("clear",))
+            env.clear()
+        elif tok in ("-u", "--unset") and i + 1 < len(rest):
+            ops.append(("unset", rest[i + 1]))
+            env.pop(rest[i + 1], None)
+            i += 2
+            continue
+        elif tok.startswith("--unset=") or (tok.startswith("-u") and len(tok) > 2):
+            var = tok[len("--unset="):] if tok.startswith("--unset=") else tok[2:]
+            ops.append(("unset", var))
+            env.pop(var, None)
+        elif _is_env(tok):
+            _take_env(tok, env)
+            ops.append(("set",) + tuple(tok.split("=", 1)))
+        i += 1
+    return i
+
+
+def split_command(argv: list[str]) -> tuple[str, str, list[str], dict, list]:
+    """(framework, form, the server's arguments, the command's environment assignments, the
+    operations on the environment the server inherits, in order: ``server_environment``)."""
     env: dict = {}
+    ops: list = []
     rest = list(argv)
     if len(rest) > MAX_TOKENS or any(not isinstance(t, str) or len(t) > MAX_TOKEN_CHARS for t in rest):
         raise LaunchError(f"launch command too long: at most {MAX_TOKENS} words of at most {MAX_TOKEN_CHARS} "
@@ -185,21 +244,13 @@ def split_command(argv: list[str]) -> tuple[str, str, list[str], dict]:
     for _ in range(16):  # prefixes in any order, each once or a few times
         while rest and _is_env(rest[0]):
             _take_env(rest[0], env)
+            ops.append(("set",) + tuple(rest[0].split("=", 1)))
             rest = rest[1:]
         if not rest:
             break
         head = rest[0].rsplit("/", 1)[-1]
         if head == "env":
-            i = 1
-            while i < len(rest) and (rest[i].startswith("-") or _is_env(rest[i])):
-                if rest[i] in ("-u", "--unset") and i + 1 < len(rest):
-                    env.pop(rest[i + 1], None)
-                    i += 2
-                    continue
-                if _is_env(rest[i]):
-                    _take_env(rest[i], env)
-                i += 1
-            rest = rest[i:]
+            rest = rest[_env_options(rest, env, ops):]
             wrappers.append("env")
             continue
         if head == "uv" and len(rest) > 1 and rest[1] == "run":
@@ -207,7 +258,9 @@ def split_command(argv: list[str]) -> tuple[str, str, list[str], dict]:
             wrappers.append("uv run")
             continue
         if head in ("docker", "podman") and len(rest) > 1 and rest[1] == "run":
-            i = _skip_options(rest, 2, _DOCKER_VALUE_OPTS, env, ("-e", "--env"))
+            container: list = []
+            i = _skip_options(rest, 2, _DOCKER_VALUE_OPTS, env, ("-e", "--env"), container)
+            ops.append(("container", head, tuple(container)))
             if i >= len(rest):
                 raise LaunchError(f"{head} run without an image in the launch command")
             image = rest[i]
@@ -223,7 +276,7 @@ def split_command(argv: list[str]) -> tuple[str, str, list[str], dict]:
     prefix = (" ".join(wrappers) + ": ") if wrappers else ""
     head = rest[0].rsplit("/", 1)[-1]
     if head in ("vllm", "sglang") and len(rest) > 1 and rest[1] == "serve":
-        return head, f"{prefix}{head} serve", rest[2:], env
+        return head, f"{prefix}{head} serve", rest[2:], env, ops
     if re.fullmatch(r"python(\d+(\.\d+)*)?", head):
         j = 1
         while j < len(rest) and rest[j].startswith("-") and not rest[j].startswith("-m"):
@@ -235,11 +288,11 @@ def split_command(argv: list[str]) -> tuple[str, str, list[str], dict]:
             mod = rest[j][2:] if len(rest[j]) > 2 else (rest[j + 1] if j + 1 < len(rest) else "")
             args = rest[j + 1:] if len(rest[j]) > 2 else rest[j + 2:]
             if mod in _VLLM_MODULES:
-                return "vllm", f"{prefix}python -m {mod}", args, env
+                return "vllm", f"{prefix}python -m {mod}", args, env, ops
             if mod in _SGLANG_MODULES:
-                return "sglang", f"{prefix}python -m {mod}", args, env
+                return "sglang", f"{prefix}python -m {mod}", args, env, ops
             if mod == "vllm.entrypoints.cli.main" and args[:1] == ["serve"]:
-                return "vllm", f"{prefix}python -m {mod} serve", args[1:], env
+                return "vllm", f"{prefix}python -m {mod} serve", args[1:], env, ops
             raise LaunchError(f"launch command runs module {mod[:80]!r}: expected vllm.entrypoints.openai.api_server "
                               "or sglang.launch_server")
     raise LaunchError(f"launch command {rest[0][:80]!r} not recognised: expected `vllm serve MODEL ...`, "
@@ -355,18 +408,115 @@ def _str(opt: str, value) -> str:
     return t[:200]
 
 
-def native_workspace(framework: str, env: dict, environ) -> tuple[int | None, str | None]:
+def read_int(text) -> int | None:
+    """A number as the servers read their environment variables, Python's ``int()``
+    (surrounding spaces, underscores between digits, any Unicode decimal digits such as
+    fullwidth ones); None where ``int()`` raises."""
+    try:
+        return int(str(text))
+    except (TypeError, ValueError):
+        return None
+
+
+def native_workspace(framework: str, env: dict, environ, ops=None) -> tuple[int | None, str | None]:
     """The server's own workspace variable (bytes: both servers read it with int()), from the
-    command's environment, else the exported one."""
+    environment the server sees (``server_environment``), with which value was used and why."""
     var = NATIVE_VAR[framework]
-    for where, e in (("in the launch command", env), ("exported in this environment", environ or {})):
-        if var in e:
-            raw = str(e[var]).strip()
-            if not (raw.isascii() and raw.isdigit() and len(raw) <= 13 and 0 < int(raw) <= (1 << 40)):
-                raise LaunchError(f"{var} {where} must be a byte count such as 538968064 (the server reads it "
-                                  f"with int()), got {_show(e[var])}")
-            return int(raw), f"{var}={raw} {where}"
-    return None, None
+    seen, why = server_environment(ops if ops is not None else [("set", k, v) for k, v in env.items()],
+                                   environ or {})
+    if var not in seen:
+        if var in (environ or {}):
+            raise _Unseen(var, why)
+        return None, None
+    if var in env or _set_by_command(ops, var):
+        where = "in the launch command"
+    elif any(op[0] == "container" and ("pass", var) in op[2] for op in ops or ()):
+        where = f"exported in this environment and passed with -e {var}"
+    else:
+        where = "exported in this environment"
+    raw = str(seen[var])
+    n = read_int(raw)
+    if n is None or not 0 < n <= (1 << 40) or len(raw) > 64:
+        raise LaunchError(f"{var} {where} must be a byte count such as 538968064 (the server reads it "
+                          f"with int()), got {_show(seen[var])}")
+    return n, f"{var}={raw.strip()} {where} ({why})"
+
+
+class _Unseen(Exception):
+    """The native variable is exported here but the server does not see it."""
+
+    def __init__(self, var, why):
+        super().__init__(var)
+        self.var, self.why = var, why
+
+
+def _set_by_command(ops, var: str) -> bool:
+    for op in ops or ():
+        if op[0] == "set" and op[1] == var:
+            return True
+        if op[0] == "container" and any(it[0] == "set" and it[1] == var for it in op[2]):
+            return True
+    return False
+
+
+_ENV_FILE_MAX = 1 << 20
+
+
+def _env_file(path: str) -> dict:
+    """A `docker run --env-file` file: VAR=value lines (# comments, blank lines); VAR alone
+    passes the client's value (returned as None). Unreadable: LaunchError."""
+    try:
+        if os.path.getsize(path) > _ENV_FILE_MAX:
+            raise LaunchError(f"--env-file {_show(path)} in the launch command: larger than 1 MiB")
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read(_ENV_FILE_MAX + 1)
+    except OSError as exc:
+        raise LaunchError(f"--env-file {_show(path)} in the launch command: cannot read it ({exc.strerror})") from None
+    except (ValueError, UnicodeError):
+        raise LaunchError(f"--env-file {_show(path)} in the launch command: not a UTF-8 text file") from None
+    out: dict = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        k, eq, v = line.partition("=")
+        if _ENV_NAME_RE.fullmatch(k):
+            out[k] = v if eq else None
+    return out
+
+
+def server_environment(ops, environ) -> tuple[dict, str]:
+    """(the environment the server process sees, why): the exported ``environ`` through the
+    command's operations in order: ``VAR=value`` sets; `env -i` clears; `env -u VAR` /
+    `--unset=VAR` removes; `docker run`/`podman run` start the container with only its
+    ``-e``/``--env``/``--env-file`` variables (``-e VAR`` passes the client's value)."""
+    env = dict(environ or {})
+    why = ["the exported environment"]
+    for op in ops or ():
+        kind = op[0]
+        if kind == "set":
+            env[op[1]] = op[2]
+        elif kind == "unset":
+            env.pop(op[1], None)
+            why.append(f"env -u {op[1]}")
+        elif kind == "clear":
+            env = {}
+            why = ["env -i cleared the exported environment"]
+        elif kind == "container":
+            client, env = env, {}
+            for it in op[2]:
+                if it[0] == "set":
+                    env[it[1]] = it[2]
+                elif it[0] == "pass" and it[1] in client:
+                    env[it[1]] = client[it[1]]
+                elif it[0] == "file":
+                    for k, v in _env_file(it[1]).items():
+                        if v is not None:
+                            env[k] = v
+                        elif k in client:
+                            env[k] = client[k]
+            why = [f"{op[1]} run passes only -e/--env/--env-file to the container"]
+    return env, "; ".join(why)
 
 
 # ------------------------------------------------------------------ YAML configs (--config)
@@ -834,6 +984,24 @@ def _display(opt, values) -> str:
     return f"{opt} {values}"
 
 
+def apply_model_overrides(cfg: dict, overrides: dict) -> dict:
+    """A model config with the command's overrides, as the server applies them: SGLang
+    ``config.update(json_model_override_args)`` (a shallow update, hf_transformers_utils.py
+    0.5.5:267-268); vLLM ``hf_overrides`` key by key, a nested config updated recursively and
+    any other value set as is (``ModelConfig._apply_dict_overrides``, config/model.py 0.23.0:449-464)."""
+    def deep(base: dict, over: dict, depth: int = 0) -> dict:
+        out = dict(base)
+        for k, v in over.items():
+            if depth < 8 and isinstance(v, dict) and isinstance(out.get(k), dict):
+                out[k] = deep(out[k], v, depth + 1)
+            else:
+                out[k] = v
+        return out
+
+    vals = overrides.get("values") or {}
+    return deep(cfg, vals) if overrides.get("nested") else {**cfg, **vals}
+
+
 def _heads_override(obj) -> list[str]:
     keys: list[str] = []
 
@@ -848,8 +1016,10 @@ def _heads_override(obj) -> list[str]:
     return keys
 
 
-def resolve(framework: str, form: str, ns: dict, seen: list, env: dict, environ, reader: str) -> Launch:
+def resolve(framework: str, form: str, ns: dict, seen: list, env: dict, environ, reader: str,
+            ops=None) -> Launch:
     out = Launch(framework, form, reader=reader)
+    out.env_ops = list(ops) if ops is not None else [("set", k, v) for k, v in env.items()]
     aliases = ns.get("_aliases") or {}
     if "_passed" in ns:  # the server's namespace holds every default: read what the command passed
         ns = {k: v for k, v in ns.items() if k in ns["_passed"]}
@@ -875,18 +1045,25 @@ def resolve(framework: str, form: str, ns: dict, seen: list, env: dict, environ,
             continue
         listed.add(text)
         if dest == "hf_overrides" or dest == "json_model_override_args":
-            keys = _heads_override(_json_obj(opt, values) if isinstance(values, str) else ns.get(dest))
-            if keys:
-                out.not_read.append(text)
-                out.notes.append(f"{opt} overrides {', '.join(keys)}: not applied here; the plan sizes the model's "
-                                 "own config (give --qo-heads/--kv-heads/--head-dim to size the overridden model)")
+            obj = _json_obj(opt, values) if isinstance(values, str) else _json_obj(opt, ns.get(dest))
+            if obj:  # applied to the model's config as the server applies it (issue 26)
+                out.model_overrides = {"option": opt, "values": obj, "nested": framework == "vllm"}
+                keys = _heads_override(obj)
+                if keys:
+                    out.notes.append(f"{opt} overrides {', '.join(keys)}: applied to the model's config as "
+                                     f"{framework_label(framework)} applies it")
                 continue
         (out.ignored if dest in harmless else out.not_read).append(text)
-    ws, src = native_workspace(framework, env, environ)
+    try:
+        ws, src = native_workspace(framework, env, environ, out.env_ops)
+    except _Unseen as u:
+        ws, src = None, None
+        out.notes.append(f"{u.var} is exported here but the server does not see it ({u.why}): it allocates its "
+                         "own default")
     out.workspace_bytes, out.workspace_source = ws, src
     for k in sorted(env):
-        if k == NATIVE_VAR[framework]:
-            continue
+        if k == NATIVE_VAR[framework] or k.startswith("FLASHINFER_GUARD"):
+            continue  # read by the plan from the environment the server sees
         if framework == "sglang" and k in READ_ENV:
             out.env[k] = str(env[k])[:64]
             continue
@@ -1051,6 +1228,10 @@ def _resolve_sglang(out: Launch, ns: dict) -> set:
     if has("speculative_num_draft_tokens"):
         n = _int("--speculative-num-draft-tokens", ns["speculative_num_draft_tokens"], BOUNDS["draft_tokens"] + 1)
         out.draft_tokens = n - 1  # SGLang counts the verified token in
+    if has("speculative_eagle_topk"):  # the draft decodes topk x bs requests (issue 26)
+        out.eagle_topk = _int("--speculative-eagle-topk", ns["speculative_eagle_topk"], BOUNDS["draft_tokens"])
+    if has("speculative_num_steps"):
+        out.spec_steps = _int("--speculative-num-steps", ns["speculative_num_steps"], BOUNDS["draft_tokens"])
     if has("page_size"):
         out.page_size = _int("--page-size", ns["page_size"], BOUNDS["page_size"])
     for dest, opt in (("cuda_graph_max_bs", "--cuda-graph-max-bs"),
@@ -1080,7 +1261,7 @@ def _resolve_sglang(out: Launch, ns: dict) -> set:
         if tp % out.attn_dp:
             raise LaunchError(f"attention DP {out.attn_dp} in the launch command must divide the TP size {tp} "
                               "(SGLang asserts tp_size % dp_size == 0)")
-    if out.speculative and out.draft_tokens is None:
+    if out.speculative and out.draft_tokens is None and str(out.speculative).upper() not in SGLANG_EAGLE_FAMILY:
         out.notes.append(f"--speculative-algorithm {out.speculative} without --speculative-num-draft-tokens: "
                          "SGLang picks the draft tokens; give it in the command to size verify batches")
     return read
@@ -1092,7 +1273,7 @@ def parse_launch(argv: list[str], *, line: str | None = None, environ=None, read
     """Read ``argv`` (the command after ``--``) for the server ``line`` (default: the installed
     line, else the checked table nearest the seed's line). ``reader``: ``auto`` (the server's own
     parser when its installed version is ``line``, else built-in), ``server`` or ``builtin``."""
-    framework, form, tokens, env = split_command(list(argv))
+    framework, form, tokens, env, ops = split_command(list(argv))
     if environ is None:
         environ = os.environ
     from .server_defaults import installed_line
@@ -1111,7 +1292,7 @@ def parse_launch(argv: list[str], *, line: str | None = None, environ=None, read
             fallback = f"{exc}; "
         else:
             out = resolve(framework, form, ns, seen, env, environ,
-                          f"{framework_label(framework)} {installed}'s own parser")
+                          f"{framework_label(framework)} {installed}'s own parser", ops)
             out.image_line = image
             return out
     else:
@@ -1120,7 +1301,7 @@ def parse_launch(argv: list[str], *, line: str | None = None, environ=None, read
     table = load_table(framework, target or DEFAULT_LINE[framework])
     ns, seen = builtin_read(framework, form, tokens, table)
     out = resolve(framework, form, ns, seen, env, environ,
-                  f"{framework_label(framework)} {table['version']}'s options: built-in reader")
+                  f"{framework_label(framework)} {table['version']}'s options: built-in reader", ops)
     if fallback:
         out.notes.append(f"{fallback}read with the built-in reader")
     out.image_line = image

@@ -1,12 +1,16 @@
-"""``flashinfer-guard plan``: the deployment the user runs, resolved and sized, and its report.
+"""``flashinfer-guard plan``: the decision the guard makes inside the server, made offline.
 
-Inputs come from the plan options and, after ``--``, the server's own launch
-command (``launch_command.py``); the model from a config.json path, the local Hugging
-Face cache (``hf_cache.py``) or the presets; every limit nobody gave from the
-simulated framework line's own rules on the simulated GPU (``server_defaults.py``);
-the planners from ``dispatch.choose_planners`` (when a fact is unknown, every
-candidate is sized and the larger need is kept). The result is a dict (the
-``--json`` output); ``print_report`` renders it for a reader.
+One path of named stages, each a function of the one before (``build``):
+``read_command`` (the launch command after ``--``, ``launch_command.py``) ->
+``resolve_server`` (the model's config from a path, the local Hugging Face cache or the
+presets; the simulated line's defaults on the simulated GPU, ``server_defaults.py``; the
+environment the server process sees and the FLASHINFER_GUARD_* switches in it) ->
+``read_model`` (the attention groups one rank plans, the server's own reader where
+installed) -> ``build_facts`` (one ``workspace_decision.WorkspaceFacts`` per group, the
+record the adapters build) -> ``decide`` (``workspace_decision.need``/``decide``, the
+fixed-split pair, ``moe_decision.decide``: the adapters' own calls) -> ``report`` (a dict,
+the ``--json`` output; ``print_report`` renders it). Nothing here sizes or judges:
+``tests/core/test_plan_one_path.py``.
 """
 
 from __future__ import annotations
@@ -14,25 +18,25 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any
 
-from . import flashinfer_model as fm
 from .decisions import moe_verdict
-from .planner_choice import (PlannerFacts, choose_planners, dtype_bytes, dtype_kind, fa3_head_dim_gate,
-                       vllm_query_dtypes)
-from .server_defaults import (Deployment, derive, framework_label, gpu_memory, is_aarch64_gpu,
-                         sglang_tensor_core_decode, short_line, workspace_source, default_workspace,
-                         vllm_per_phase_builder)
+from .flashinfer_model import family
 from .gpus import find_spec
+from .groups import server_view
 from .hf_cache import find_config, looks_like_model_id
 from .launch_command import LaunchError, attention_backend_note, parse_launch
+from .planner_choice import PlannerFacts, dtype_bytes, dtype_kind, vllm_query_dtypes
 from .presets import DEFAULT_MODEL, ModelError, ModelFacts, find_preset, load_model
-from .settings import Settings
 from .releases import NATIVE_VAR
-from .groups import server_view
-from .sizing import (INT_WORKSPACE_BYTES, AttentionLayout, Planners, ServingLimits, compute_requirement,
-                     largest_fitting_capture, longest_fitting_context, round_up_mib)
+from .server_defaults import (default_workspace, derive, framework_label, gpu_memory, is_aarch64_gpu,
+                              sglang_tensor_core_decode, short_line, vllm_per_phase_builder, workspace_source,
+                              Deployment)
+from .settings import MASTER, MOE, Settings, load_settings
+from .sizing import INT_WORKSPACE_BYTES, AttentionLayout
 from .units import fmt_size
+from .versions import is_version, parse_version
 
 __all__ = ["PlanUsageError", "build", "print_report", "split_launch"]
 
@@ -102,79 +106,340 @@ def _pick(flag_value, cmd_value, name: str, notes: list, flag: str):
     return flag_value if flag_value is not None else cmd_value
 
 
+@dataclass
+class Command:
+    """Stage 1: the launch command after ``--`` as its server reads it (None without one)."""
+
+    launch: Any
+    framework: str
+    notes: list
+
+
+@dataclass
+class ServerConfig:
+    """Stage 2: the deployment the server resolves: the model's config, the GPU, the
+    line's defaults, the environment the server sees and the guard's switches in it."""
+
+    model: Any  # presets.ModelFacts
+    model_source: str
+    model_path: str | None
+    gpu: Any
+    gpu_key: str | None
+    defaults: Any  # server_defaults.Defaults
+    kv_dtype: str
+    environ: dict  # the environment the server process sees
+    environ_why: str
+    settings: Settings  # the FLASHINFER_GUARD_* switches in that environment
+    deterministic: bool
+    record: dict  # what every plan says, sized or not
+
+    @property
+    def line(self) -> str:
+        return self.defaults.line
+
+    @property
+    def flashinfer(self) -> str:
+        return self.defaults.get("flashinfer")
+
+
+@dataclass
+class ModelView:
+    """Stage 3: the attention groups one rank plans, and who read them."""
+
+    groups: Any  # model_groups (all layers)
+    rank_groups: list
+    reader: dict
+    tp: int
+    dcp: int
+    not_applicable: str | None = None
+
+
+@dataclass
+class FactsSet:
+    """Stage 4: the facts records the adapter builds (one per attention group), and the sizes
+    the server allocates: its own, the user's native one, the buffer checked."""
+
+    groups: list  # [(group, runner, WorkspaceFacts)]: runner "" or SGLang's "target" / "draft"
+    limits: Any
+    kv_bytes: int
+    planner_info: dict
+    server_bytes: int
+    server_source: str
+    user_bytes: int | None
+    buffer: int
+    fixed_info: dict | None
+
+
+@dataclass
+class Decided:
+    """Stage 5: workspace_decision's need per group and its decisions: ``verdict`` (the
+    server on its own: auto against the buffer) and ``guard`` (the switches it runs with)."""
+
+    needs: list  # [(group, runner, WorkspaceFacts, WorkspaceNeed)]
+    top: tuple
+    verdict: Any  # WorkspaceOutcome
+    guard: Any  # WorkspaceOutcome or None (the guard off)
+    fixed_split: Any = None  # (verdict assessment, guard assessment)
+
+
 def build(a, resolve_gpu, environ=None) -> dict:
     """The plan for parsed options ``a`` (``a.launch``: the command after ``--`` or None).
 
-    The steps, in order: read the launch command; resolve the model, the GPU and the
-    deployment (flags over the command); derive the line's defaults; read the model's
-    attention groups (the server's own reader where installed); choose the planners;
-    size every group; compare with the server's buffer; the remedies."""
+    One path, each stage a function of the one before: read the command -> resolve the
+    server's config -> read the model -> the facts the adapter builds -> decide (through
+    ``guard_core.workspace_decision``, as the adapter does) -> report. Nothing here sizes
+    or judges on its own."""
+    cmd = read_command(a, environ)
+    server = resolve_server(a, cmd, resolve_gpu, environ)
+    if server.model.uses_mla:
+        return dict(server.record, verdict="not_applicable", notes=cmd.notes,
+                    reason="MLA model: FlashInfer's MLA planner uses its own buffer, not the one guarded here")
+    model = read_model(a, cmd, server)
+    if model.not_applicable:
+        return dict(server.record, verdict="not_applicable", reason=model.not_applicable, notes=cmd.notes)
+    facts = build_facts(a, cmd, server, model)
+    decided = decide(server, facts)
+    return report(a, cmd, server, model, facts, decided)
+
+
+def read_command(a, environ) -> Command:
+    """Stage 1: the launch command (``_read_launch``) and the framework it starts."""
     notes: list[str] = []
     L = _read_launch(a, environ, notes)
     fw = a.framework or (L.framework if L else "vllm")
     if L and a.framework and a.framework != L.framework:
         raise PlanUsageError(f"--framework {a.framework} contradicts the launch command, which starts "
                              f"{framework_label(L.framework)}")
-    facts, model_source, model_max_len, model_path, model_name = _plan_model(a, L, environ, notes)
+    return Command(L, fw, notes)
+
+
+def resolve_server(a, cmd: Command, resolve_gpu, environ) -> ServerConfig:
+    """Stage 2: the model's config, the GPU, the line's defaults on it (flags over the
+    command), the environment the server sees and the guard's switches there."""
+    L, fw, notes = cmd.launch, cmd.framework, cmd.notes
+    model, model_source, model_max_len, model_path, model_name = _plan_model(a, L, environ, notes)
     gpu = resolve_gpu(a)
     spec = find_spec(a.gpu or "b300") if (a.gpu or a.sms is None) else None
     gpu_key = spec.key if spec else None
-    d, kv_dtype = _deployment(a, L, fw, gpu, gpu_key, facts, model_max_len, model_name, environ, notes)
+    d, kv_dtype = _deployment(a, L, fw, gpu, gpu_key, model, model_max_len, model_name, environ, notes)
     try:
         defaults = derive(d)
     except ValueError as exc:
         raise PlanUsageError(str(exc)) from None
     notes += defaults.notes
-    line, fi = defaults.line, defaults.get("flashinfer")
-    base = _base_record(a, L, fw, gpu, gpu_key, facts, model_source, defaults)
-    if facts.uses_mla:
-        base.update(verdict="not_applicable",
-                    reason="MLA model: FlashInfer's MLA planner uses its own buffer, not the one guarded here",
-                    notes=notes)
-        return base
-    if L:
-        _launch_notes(L, kv_dtype, notes)
-    tp_v = defaults.get("attn_tp") or defaults.get("tp") or 1
-    dcp_v = defaults.get("dcp") or 1
-    mg = facts.model_groups()
-    rank_groups, reader, not_applicable = _rank_groups(a, fw, mg, model_path, tp_v, environ)
-    if not_applicable:
-        base.update(verdict="not_applicable", reason=not_applicable, notes=notes)
-        return base
-    kv_dtype = _kv_dtype_for_bytes(a, kv_dtype, notes)
-    kv_kind = dtype_kind(kv_dtype)
-    kv_bytes = a.kv_dtype_bytes or dtype_bytes(kv_kind) or 2
+    env, env_why = _server_environ(L, environ)
+    settings = load_settings(env)
+    notes += [f"{w} (in the environment the server sees)" for w in settings.warnings]
     det = fw == "sglang" and bool(getattr(a, "deterministic", False) or (L and L.deterministic))
     if getattr(a, "deterministic", False) and fw != "sglang":
         raise PlanUsageError("--deterministic is SGLang's --enable-deterministic-inference; vLLM's batch-invariant "
                              "mode plans without split-KV (docs/deterministic.md)")
-    choice, pl_info = _choose(a, fw, gpu, line, kv_dtype, kv_kind, rank_groups, dcp_v, det)
-    decode_sizes = defaults.decode_graph_sizes
-    limits = ServingLimits(capture_sizes=decode_sizes, max_num_seqs=defaults.get("max_num_seqs"),
-                           max_num_batched_tokens=defaults.get("max_batched_tokens"),
-                           draft_tokens=defaults.get("draft_tokens") or 0, max_model_len=defaults.get("max_model_len"))
+    record = _base_record(a, L, fw, gpu, gpu_key, model, model_source, defaults, settings)
+    record["environment"] = env_why
+    return ServerConfig(model, model_source, model_path, gpu, gpu_key, defaults, kv_dtype, env, env_why, settings,
+                        det, record)
+
+
+def read_model(a, cmd: Command, server: ServerConfig) -> ModelView:
+    """Stage 3: the attention groups one rank plans (the server's own reader where installed)."""
+    if cmd.launch:
+        _launch_notes(cmd.launch, server.kv_dtype, cmd.notes)
+    tp_v = server.defaults.get("attn_tp") or server.defaults.get("tp") or 1
+    dcp_v = server.defaults.get("dcp") or 1
+    mg = server.model.model_groups()
+    rank_groups, reader, not_applicable = _rank_groups(a, cmd.framework, mg, server.model_path, tp_v,
+                                                       server.environ)
+    return ModelView(mg, rank_groups, reader, tp_v, dcp_v, not_applicable)
+
+
+def build_facts(a, cmd: Command, server: ServerConfig, model: ModelView) -> FactsSet:
+    """Stage 4: one ``WorkspaceFacts`` per attention group, as the adapter reads its builder
+    (layout, limits, planner facts), and the sizes the server allocates."""
+    from .workspace_decision import WorkspaceFacts
+
+    L, fw, notes, defaults = cmd.launch, cmd.framework, cmd.notes, server.defaults
+    kv_dtype = _kv_dtype_for_bytes(a, server.kv_dtype, notes)
+    kv_kind = dtype_kind(kv_dtype)
+    kv_bytes = a.kv_dtype_bytes or dtype_bytes(kv_kind) or 2
+    pfacts, pl_info = _planner_facts(a, fw, server.gpu, server.line, kv_dtype, kv_kind, model.rank_groups,
+                                     model.dcp, server.deterministic)
+    runners = _limits(fw, server, model, pfacts, notes)
+    limits = runners[0][1]
     fixed_info = None
-    if det:
-        limits, fixed_info = _deterministic_limits(a, L, limits, gpu, notes)
-        _check_kv_pool(fixed_info.get("kv_pool_tokens"), line)
-    sized = _size_groups(a, fw, gpu, fi, choice, rank_groups, limits, defaults.get("page_size"), kv_bytes)
+    if server.deterministic:
+        limits, fixed_info = _deterministic_limits(a, L, limits, server.gpu, server.environ, notes)
+        _check_kv_pool(fixed_info.get("kv_pool_tokens"), server.line)
+        runners = [("", limits)]
+    given = None
+    if a.decode_planner or a.prefill_planner or a.decode_blocks_per_sm:
+        given = (a.prefill_planner, a.decode_planner, a.decode_blocks_per_sm)
+    page = defaults.get("page_size")
+    groups = [(g, runner, WorkspaceFacts(fw, server.flashinfer, server.gpu, _group_layout(g, page, kv_bytes), lim,
+                                         pfacts, planners_given=given))
+              for g in model.rank_groups for runner, lim in runners]
+    top = max(model.rank_groups, key=lambda g: (g.num_qo_heads * (g.head_dim_vo + 1), g.head_dim_qk))
+    server_bytes, server_src, user, buffer = _buffers(a, L, fw, server.line, server.model, limits, top.num_qo_heads,
+                                                      top.head_dim_qk, server.deterministic)
+    return FactsSet(groups, limits, kv_bytes, pl_info, server_bytes, server_src, user, buffer, fixed_info)
+
+
+def _limits(fw, server: ServerConfig, model: ModelView, pfacts, notes: list):
+    """The serving limits the adapter reads from the server: vLLM's builder through the core's
+    one rule (``workspace_decision.vllm_graph_limits``: which graphs vLLM captures on this line)."""
+    from .workspace_decision import vllm_graph_limits, vllm_reorder_batch_threshold, vllm_spec_decode_graphs
+
+    defaults = server.defaults
+    draft = defaults.get("draft_tokens") or 0
+    if fw != "vllm":
+        return _sglang_runners(server, draft, notes)
+    spec_as_decode = _vllm_spec_as_decode(server, pfacts)
+    threshold = vllm_reorder_batch_threshold(draft, spec_as_decode, model.dcp)
+    capture = defaults.decode_graph_sizes
+    if vllm_spec_decode_graphs(draft, spec_as_decode, model.dcp) is False and capture:
+        capture = ()
+        notes.append(f"speculative decoding without a FlashInfer builder that decodes {1 + draft}-token batches: vLLM "
+                     "drops its FULL decode CUDA graphs to PIECEWISE (resolve_cudagraph_mode_and_sizes), so "
+                     "FlashInfer plans every batch eagerly, verify batches as prefills")
+    return [("", vllm_graph_limits(capture_sizes=capture, max_num_seqs=defaults.get("max_num_seqs"),
+                                   max_num_batched_tokens=defaults.get("max_batched_tokens"), draft_tokens=draft,
+                                   max_model_len=defaults.get("max_model_len"), reorder_batch_threshold=threshold,
+                                   fa2_native_decode=_vllm_fa2_native_decode(server)))]
+
+
+_RUNNER = {"target": "the target model's runner", "draft": "the draft model's runner, sized with the target's shape"}
+
+
+def _sglang_runners(server: ServerConfig, draft: int, notes: list) -> list:
+    """SGLang's model runners, each with its own backend and limits (``sglang_runner_limits``,
+    the adapter's reading): one without speculation; with it the target (verify graphs of the
+    draft tokens + 1) and, for the EAGLE family, the draft worker (topk x bs decode requests)."""
+    from .workspace_decision import sglang_runner_limits
+
+    defaults = server.defaults
+    base = dict(capture_sizes=defaults.decode_graph_sizes, max_num_seqs=defaults.get("max_num_seqs"),
+                chunk=defaults.get("max_batched_tokens"), max_model_len=defaults.get("max_model_len"))
+    if not draft and "eagle_topk" not in defaults.values:
+        return [("", sglang_runner_limits(**base, speculative=False))]
+    out = [("target", sglang_runner_limits(**base, speculative=True, verify_q=draft + 1))]
+    if "eagle_topk" in defaults.values:
+        topk = defaults.get("eagle_topk")
+        out.append(("draft", sglang_runner_limits(**base, speculative=True, draft_runner=True, topk=topk)))
+        notes.append(f"the draft worker decodes topk x bs = {topk} x bs requests per step (SGLang's multi-step draft "
+                     "backend, flashinfer_backend.py 0.5.5:1446, 0.5.23:2501); sized with the target's attention shape")
+    return out
+
+
+def _vllm_fa2_native_decode(server: ServerConfig) -> bool:
+    """vLLM's ``use_fa2_native_decode`` on the simulated line and GPU: from 0.33, below SM90
+    (``_use_fa2_native_decode``, v1/attention/backends/flashinfer.py 0.33.0:118-120; absent in 0.32.0)."""
+    cc = tuple(server.gpu.cc)
+    return bool(is_version(server.line) and parse_version(server.line) >= parse_version("0.33.0") and cc < (9, 0))
+
+
+def _vllm_spec_as_decode(server: ServerConfig, pfacts) -> bool | None:
+    """``supports_spec_as_decode`` of vLLM's FlashInfer builder on the simulated line and GPU
+    (see ``workspace_decision.vllm_reorder_batch_threshold``): TRT-LLM decode (the planner
+    facts' TRT-LLM attention; None: unknown), and from 0.33 FA2's native decode below SM90."""
+    if _vllm_fa2_native_decode(server):
+        return True
+    return pfacts.trtllm_attention
+
+
+def decide(server: ServerConfig, fs: FactsSet) -> Decided:
+    """Stage 5: ``workspace_decision.need`` per group (the largest need wins, as the groups'
+    builders share the buffer or each allocate the same default), then its ``decide`` (or the
+    fixed-split ``assess_fixed_split``/``decide_fixed_split``) twice: as the server runs on
+    its own (auto against the buffer: the verdict) and with the switches the guard reads there."""
+    from . import workspace_decision as wd
+
+    needs = [(g, runner, f, wd.need(f)) for g, runner, f in fs.groups]
+    top = max(needs, key=lambda r: r[3].requirement.float_bytes)
+    _g, _runner, facts, computed = top
+    alone = Settings(workspace="auto", workspace_max=server.settings.workspace_max)
+    guard_settings = server.settings if server.settings.enabled else None
+    if server.deterministic:
+        mem = gpu_memory(server.gpu_key)
+        mem = mem[0] if mem else None
+        # the longest prompt the buffer holds: the assessment with no room above the buffer
+        in_buffer = Settings(workspace="auto", workspace_max=("bytes", 0))
+        fa_buf = wd.assess_fixed_split(facts, computed, server_bytes=fs.buffer, settings=in_buffer, gpu_memory=mem)
+        fa = wd.assess_fixed_split(facts, computed, server_bytes=fs.buffer, settings=alone, gpu_memory=mem)
+        verdict = wd.decide_fixed_split(facts, computed, fa, server_bytes=fs.buffer, settings=alone)
+        guard = None
+        if guard_settings is not None:
+            fa_g = wd.assess_fixed_split(facts, computed, server_bytes=fs.buffer, settings=guard_settings,
+                                         gpu_memory=mem)
+            guard = wd.decide_fixed_split(facts, computed, fa_g, server_bytes=fs.buffer, settings=guard_settings)
+        return Decided(needs, top, verdict, guard, (fa_buf, fa))
+    verdict = wd.decide(facts, server_bytes=fs.buffer, user_bytes=fs.user_bytes, settings=alone, computed=computed)
+    guard = None
+    if guard_settings is not None:
+        guard = wd.decide(facts, server_bytes=fs.buffer, user_bytes=fs.user_bytes, settings=guard_settings,
+                          computed=computed)
+    return Decided(needs, top, verdict, guard)
+
+
+def report(a, cmd: Command, server: ServerConfig, model: ModelView, fs: FactsSet, dd: Decided) -> dict:
+    """Stage 6: the plan's record (the ``--json`` output), from the decisions."""
+    from . import workspace_decision as wd
+
+    g_top, _runner, facts, computed = dd.top
+    req = computed.requirement
+    dec = dd.verdict.decision
+    verdict = "ok" if dec.action == "ok" else "overflow"
+    out = dict(server.record)
+    pl_info = fs.planner_info
+    choice = computed.choice
     if choice.missing:
-        p = sized["planners"]
+        p = req.planners
         flag = ("--trtllm-attention on|off" if any("TRT-LLM" in m for m in choice.missing) else
                 "--kv-cache-dtype" if any("KV" in m for m in choice.missing) else "--decode-planner/--prefill-planner")
         pl_info["notes"].append(f"unknown here: {', '.join(choice.missing)}; sized every case and kept the larger "
                                 f"need ({p.decode} decode, {p.prefill} prefill); {flag} settles it")
-    g_top = sized["top"]
-    server, server_src, buffer = _buffers(a, L, fw, line, facts, limits, g_top.num_qo_heads, g_top.head_dim_qk, det)
-    result = _verdict(fw, fi, gpu, sized, limits, buffer, det, bool(decode_sizes))
-    if det:
-        base["fixed_split"] = _fixed_split_info(fixed_info, fw, fi, gpu, gpu_key, sized, limits, buffer, environ)
-    base.update(_report_fields(fw, gpu, tp_v, dcp_v, kv_bytes, kv_dtype, mg, sized, limits, decode_sizes, choice,
-                               pl_info, reader))
-    base.update(need=result.pop("need"), int_workspace_bytes=INT_WORKSPACE_BYTES, server_default_bytes=server,
-                server_default_source=server_src, workspace_bytes=buffer)
-    base.update(result, notes=notes + reader["notes"] + list(sized["req"].notes))
-    return base
+    result = _verdict_fields(cmd.framework, fs.buffer, req, verdict, dec)
+    if verdict == "overflow" and not server.deterministic:
+        result["remedies"].update(wd.remedies(facts, computed, fs.buffer, graphs=bool(fs.limits.capture_sizes)))
+    elif verdict == "overflow":
+        result["remedies"].update(wd.remedies(facts, computed, fs.buffer, graphs=False))
+        result["remedies"].pop("largest_capture_batch_that_fits", None)
+    if dd.fixed_split:
+        fa_buf, fa = dd.fixed_split
+        info = dict(fs.fixed_info, **fa.as_dict())
+        info["line"] = dd.verdict.decision.line
+        info["longest_prompt_in_buffer"] = fa_buf.longest_prompt
+        out["fixed_split"] = info
+    out.update(_report_fields(cmd.framework, server.gpu, model, fs, dd))
+    out.update(need=result.pop("need"), int_workspace_bytes=INT_WORKSPACE_BYTES, server_default_bytes=fs.server_bytes,
+               server_default_source=fs.server_source, workspace_bytes=fs.buffer)
+    out.update(result, notes=cmd.notes + model.reader["notes"] + list(req.notes))
+    out["guard"] = _guard_fields(server, dd)
+    return out
+
+
+def _guard_fields(server: ServerConfig, dd: Decided) -> dict:
+    """What the guard inside the server would log and allocate (its switches as the server sees them)."""
+    s = server.settings
+    switches = {k: v for k, v in s.describe().items() if k in server.environ}
+    if dd.guard is None:
+        return {"enabled": False, "switches": switches, "line": f"{MASTER}=0: the guard stands down",
+                "allocate_bytes": None}
+    d = dd.guard.decision
+    return {"enabled": True, "switches": switches, "action": d.action, "line": d.line,
+            "allocate_bytes": d.allocate_bytes}
+
+
+def _server_environ(L, environ) -> tuple[dict, str]:
+    """(the environment the server process sees, why): the exported one through the launch
+    command's prefixes (``launch_command.server_environment``)."""
+    from .launch_command import server_environment
+
+    exported = os.environ if environ is None else environ
+    if L is None:
+        return dict(exported), "the exported environment (no launch command)"
+    try:
+        return server_environment(L.env_ops, exported)
+    except LaunchError as exc:
+        raise PlanUsageError(str(exc)) from None
 
 
 def _read_launch(a, environ, notes: list):
@@ -231,7 +496,38 @@ def _plan_model(a, L, environ, notes: list):
     if model_source_default:
         model_source = "the default model, the vLLM seed's"
     model_source = f"{name}: {model_source}" if name != facts.name else model_source
+    if L is not None and L.model_overrides:
+        facts, model_source, model_max_len, model_path = _overridden(L.model_overrides, facts, model_source,
+                                                                     model_max_len, model_path, notes)
     return facts, model_source, model_max_len, model_path, name
+
+
+def _overridden(ov: dict, facts, source: str, max_len, path, notes: list):
+    """The model with the command's --hf-overrides / --json-model-override-args applied as the
+    server applies them (``launch_command.apply_model_overrides``); the merged config is written
+    to a private temporary file, which the server's own reader reads too."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from .launch_command import apply_model_overrides
+    from .presets import facts_from_config, read_config
+
+    if not path:
+        notes.append(f"{ov['option']} not applied: the model {facts.name} is a preset without a config.json")
+        return facts, source, max_len, path
+    try:
+        merged = apply_model_overrides(read_config(path), ov)
+        d = tempfile.mkdtemp(prefix="flashinfer-guard-plan-")
+        atexit.register(shutil.rmtree, d, True)
+        new_path = os.path.join(d, "config.json")
+        with open(new_path, "w", encoding="utf-8") as fh:
+            json.dump(merged, fh)
+        new = facts_from_config(merged, path)
+    except (ModelError, OSError, TypeError, ValueError) as exc:
+        raise PlanUsageError(f"{ov['option']} in the launch command: {exc}") from None
+    return (new, f"{source}, with {ov['option']} applied", _max_len_of(new_path) or _groups_max_len(new) or max_len,
+            new_path)
 
 
 def _deployment(a, L, fw, gpu, gpu_key, facts, model_max_len, model_name, environ, notes: list):
@@ -268,13 +564,15 @@ def _deployment(a, L, fw, gpu, gpu_key, facts, model_max_len, model_name, enviro
                    all2all_backend=L.all2all_backend if L else None, max_num_seqs=seqs, max_batched_tokens=tokens,
                    max_model_len=mlen, model_max_len=model_max_len, draft_tokens=k,
                    speculative=bool(L and L.speculative) or bool(k), capture_sizes=sizes, max_capture=max_cap,
+                   speculative_algorithm=L.speculative if L and fw == "sglang" else None,
+                   eagle_topk=L.eagle_topk if L else None, spec_steps=L.spec_steps if L else None,
                    eager=eager, chunked_prefill=L.chunked_prefill if L else None,
                    disable_graph_padding=bool(L and L.disable_graph_padding), page_size=page,
                    flashinfer=a.flashinfer, architecture=facts.architecture, source="command" if L else "flag")
     return d, kv_dtype
 
 
-def _base_record(a, launch, fw, gpu, gpu_key, facts, model_source, defaults) -> dict:
+def _base_record(a, launch, fw, gpu, gpu_key, facts, model_source, defaults, settings) -> dict:
     """What every plan says, sized or not: the model, the simulated line and GPU, FlashInfer, MoE."""
     line = defaults.line
     fi = defaults.get("flashinfer")
@@ -282,10 +580,10 @@ def _base_record(a, launch, fw, gpu, gpu_key, facts, model_source, defaults) -> 
     header = {"framework": fw, "line": line, "line_source": defaults.line_source, "label": label,
               "gpu": {"name": gpu.name, "key": gpu_key, "num_sms": gpu.num_sms, "cc": f"{gpu.cc[0]}.{gpu.cc[1]}",
                       "memory_gib": round(gpu_memory(gpu_key)[0] / (1 << 30), 1) if gpu_memory(gpu_key) else None}}
-    moe = _moe(a, gpu_key, fi)
+    moe = _moe(a, fw, gpu_key, fi, settings, launch.quantization if launch else None)
     return {"model": facts.as_dict(), "model_source": model_source, "framework": fw, "framework_version": line,
             "simulated": header, "flashinfer": fi, "flashinfer_source": defaults.values["flashinfer"].source,
-            "flashinfer_family": fm.family(fi), "moe": moe, "defaults": defaults.as_dict(),
+            "flashinfer_family": family(fi), "moe": moe, "defaults": defaults.as_dict(),
             "launch": launch.as_dict() if launch else None,
             "ignored_options": list(launch.ignored) if launch else [],
             "not_read_options": list(launch.not_read) if launch else []}
@@ -336,9 +634,10 @@ def _rank_groups(a, fw, mg, model_path, tp_v: int, environ):
     return rank_groups, reader, None
 
 
-def _choose(a, fw, gpu, line, kv_dtype, kv_kind, rank_groups, dcp_v: int, det: bool):
-    """The planners through the core's one function (dispatch.choose_planners), with the
-    framework's facts: TRT-LLM attention, tensor-core decode, the query dtype per phase."""
+def _planner_facts(a, fw, gpu, line, kv_dtype, kv_kind, rank_groups, dcp_v: int, det: bool):
+    """(PlannerFacts, what the report says about them): the facts the adapter reads from the
+    builder (TRT-LLM attention, tensor-core decode, the query dtype per phase), for the
+    core's one planner choice."""
     top = max(rank_groups, key=lambda g: (g.num_qo_heads * (g.head_dim_vo + 1), g.head_dim_qk))
     q, kv = top.num_qo_heads, top.num_kv_heads
     if fw == "vllm":
@@ -363,60 +662,29 @@ def _choose(a, fw, gpu, line, kv_dtype, kv_kind, rank_groups, dcp_v: int, det: b
         # dtype (q_data_type = kv_cache_dtype; e4m3 or e5m2 matters to the TRT-LLM prefill rule)
         qp_kind, qd_kind = vllm_query_dtypes(gpu.cc, kv_kind, getattr(a, "trtllm_attention", None) == "off")
         q_prefill, q_decode = (kv_dtype if k == "fp8" else _KIND_NAME.get(k, k) for k in (qp_kind, qd_kind))
-    choice = choose_planners(PlannerFacts(framework=fw, cc=gpu.cc, kv_dtype=kv_dtype, trtllm_attention=trt,
-                                          dcp_size=dcp_v, tensor_core_decode=tcd,
-                                          q_prefill=q_prefill, q_decode=q_decode))
+    pfacts = PlannerFacts(framework=fw, cc=gpu.cc, kv_dtype=kv_dtype, trtllm_attention=trt,
+                          dcp_size=dcp_v, tensor_core_decode=tcd, q_prefill=q_prefill, q_decode=q_decode)
     notes = []
     if a.decode_planner or a.prefill_planner:
         notes.append("planner given: " + ", ".join(
             f"{n} {v}" for n, v in (("decode", a.decode_planner), ("prefill", a.prefill_planner)) if v))
-    return choice, {"tcd": tcd, "tcd_why": tcd_why, "trt_src": trt_src, "notes": notes}
-
-
-def _size_groups(a, fw, gpu, fi, choice, rank_groups, limits, page_size, kv_bytes) -> dict:
-    """Every attention group sized with each candidate planner pair (vLLM 0.33 shares one
-    buffer across groups; earlier lines give each group's builder its own buffer of the same
-    default): the need is the largest over groups, and the group that sets it is ``top``."""
-    def group_candidates(lay):
-        # FlashInfer's FA3 head-dim gate per group (dispatch.fa3_head_dim_gate: Gemma 4's 512 full layers
-        # plan FA2 where its 256 sliding layers plan FA3)
-        ch = fa3_head_dim_gate(choice, lay, fi)
-        cs = list(ch.candidates)
-        if a.decode_planner or a.prefill_planner:
-            cs = list(dict.fromkeys(Planners(prefill=a.prefill_planner or c.prefill,
-                                             decode=a.decode_planner or c.decode) for c in cs))
-        return cs, ch
-
-    group_rows, all_results = [], []
-    for g in rank_groups:
-        lay = _group_layout(g, choice.decode_qo_heads_factor, page_size, kv_bytes)
-        res = []
-        cands, gchoice = group_candidates(lay)
-        for p in cands:
-            p2 = Planners(prefill=p.prefill, decode=p.decode, decode_blocks_per_sm=a.decode_blocks_per_sm)
-            res.append((p2, compute_requirement(lay, limits, gpu, fi, p2, caller=fw)))
-        bp, br = max(res, key=lambda r: r[1].float_bytes)
-        group_rows.append((g, lay, bp, br, res, gchoice))
-        all_results.append((g, lay, bp, br))
-    g_top, layout, planners, req = max(all_results, key=lambda r: r[3].float_bytes)
-    results, top_choice = next((r[4], r[5]) for r in group_rows if r[0] is g_top)
-    cand_rows = [{"decode": p.decode, "prefill": p.prefill, "float_bytes": r.float_bytes,
-                  "reason": top_choice.reasons[i] if i < len(top_choice.reasons) else ""}
-                 for i, (p, r) in enumerate(results)]
-    return {"rows": group_rows, "top": g_top, "layout": layout, "planners": planners, "req": req,
-            "candidates": cand_rows}
+    return pfacts, {"tcd": tcd, "tcd_why": tcd_why, "trt_src": trt_src, "notes": notes}
 
 
 def _buffers(a, L, fw, line, facts, limits, q: int, dqk: int, det: bool):
-    """(the server's own buffer, where that size comes from, the buffer checked: --workspace or the server's)."""
+    """(the server's own buffer, where that size comes from, the user's native size where it
+    decides (the adapter's ``user_bytes``), the buffer checked: --workspace or the server's)."""
     server = default_workspace(fw, line, architecture=facts.architecture, max_num_batched_tokens=limits.max_num_batched_tokens,
                                q_heads=q, head_dim=dqk)
     server_src = workspace_source(fw, line, architecture=facts.architecture,
                                   max_num_batched_tokens=limits.max_num_batched_tokens, q_heads=q, head_dim=dqk)
+    user = None
     if L and L.workspace_bytes and not a.workspace:
         server, server_src = _native_buffer(fw, line, facts.architecture, L, server, server_src,
                                             limits.max_num_batched_tokens, q, dqk)
+        user = L.workspace_bytes if server == L.workspace_bytes else None
     if det:
+        user = None
         from .fixed_split import SGLANG_FORCED_BYTES
 
         server = SGLANG_FORCED_BYTES
@@ -429,14 +697,13 @@ def _buffers(a, L, fw, line, facts, limits, q: int, dqk: int, det: bool):
             raise PlanUsageError(f"--workspace must be a size such as 394MiB, 1GiB or a byte count, got {a.workspace!r}")
     else:
         buffer = server
-    return server, server_src, buffer
+    return server, server_src, user, buffer
 
 
-def _verdict(fw, fi, gpu, sized: dict, limits, buffer: int, det: bool, graphs: bool) -> dict:
-    """The verdict against ``buffer``, the allocation FlashInfer's error names, and the remedies."""
-    req, layout, planners = sized["req"], sized["layout"], sized["planners"]
+def _verdict_fields(fw, buffer: int, req, verdict: str, dec) -> dict:
+    """The verdict's fields from the decision: the need, the allocation FlashInfer's error
+    names, and the remedy size (what the decision raises to)."""
     dom = req.dominant
-    verdict = "overflow" if req.float_bytes > buffer else "ok"
     overflow = dom.plan.first_overflow(buffer) if dom and verdict == "overflow" else None
     largest = dom.dominant_allocation if dom else None
     overflow_reason = None
@@ -447,66 +714,66 @@ def _verdict(fw, fi, gpu, sized: dict, limits, buffer: int, det: bool, graphs: b
                            f"{overflow['allocation']}; what must fit is the sum, {req.float_bytes:,} B")
     remedies: dict = {}
     if verdict == "overflow":
-        size = round_up_mib(req.float_bytes)
-        remedies["workspace_bytes"] = size
-        remedies["env"] = f"{NATIVE_VAR[fw]}={size}"
-        if det:
+        size = dec.numbers.get("allocate_bytes", dec.allocate_bytes)
+        if dec.inputs.get("mode") == "fixed_split":
             # SGLang's .set(2 GiB) overwrites an export in this mode (PR #30244 open), and its
             # CUDA graphs plan no split (disable_split_kv): neither remedy applies
-            remedies["env"] = None
-        elif graphs:
-            remedies["largest_capture_batch_that_fits"] = largest_fitting_capture(
-                layout, limits, gpu, fi, planners, fw, buffer)
-        if fm.features(fi).rows_by_query is False:
-            fixed = compute_requirement(layout, limits, gpu, "0.7.1", planners, caller=fw)
-            remedies["flashinfer_0_7_1_need_bytes"] = fixed.float_bytes
+            remedies.update(workspace_bytes=size, env=None)
+        else:
+            remedies.update(workspace_bytes=size, env=f"{NATIVE_VAR[fw]}={size}")
     return {"need": {"float_bytes": req.float_bytes, "int_bytes": req.int_bytes,
                      "scenario": dom.name if dom else None, "batch": dom.batch if dom else None,
                      "allocation": largest.name if largest else None,
                      "allocation_bytes": largest.bytes if largest else None},
-            "verdict": verdict, "overflow": overflow, "overflow_reason": overflow_reason, "remedies": remedies}
+            "verdict": verdict, "overflow": overflow, "overflow_reason": overflow_reason, "remedies": remedies,
+            "decision": dec.as_dict()}
 
 
-def _fixed_split_info(fixed_info: dict, fw, fi, gpu, gpu_key, sized: dict, limits, buffer: int, environ) -> dict:
-    """Deterministic inference: guard_core.fixed_split's assessment and the longest prompt the buffer holds."""
-    from .fixed_split import assess
-    from .settings import load_settings
+def _candidate_rows(facts, computed) -> list:
+    """Each candidate planner pair of the top group with its need (``need`` of facts with that pair given)."""
+    from dataclasses import replace as _replace
 
-    req, layout, planners = sized["req"], sized["layout"], sized["planners"]
-    mem = gpu_memory(gpu_key)
-    fa = assess(layout, limits, gpu, fi, planners, fw, server_bytes=buffer, requirement=req,
-                settings=load_settings(environ), gpu_memory=mem[0] if mem else None)
-    fixed_info.update(fa.as_dict())
-    fixed_info["line"] = f"[flashinfer-guard] workspace: {fa.text}"
-    fixed_info["longest_prompt_in_buffer"] = (
-        fa.context if req.float_bytes <= buffer else
-        longest_fitting_context(layout, limits, gpu, fi, planners, fw, buffer))
-    return fixed_info
+    from .workspace_decision import need
+
+    choice = computed.choice
+    if len(choice.candidates) < 2:
+        c = computed.requirement.planners
+        return [{"decode": c.decode, "prefill": c.prefill, "float_bytes": computed.requirement.float_bytes,
+                 "reason": choice.reasons[0] if choice.reasons else ""}]
+    rows = []
+    for i, c in enumerate(choice.candidates):
+        r = need(_replace(facts, planners_given=(c.prefill, c.decode, c.decode_blocks_per_sm))).requirement
+        rows.append({"decode": r.planners.decode, "prefill": r.planners.prefill, "float_bytes": r.float_bytes,
+                     "reason": choice.reasons[i] if i < len(choice.reasons) else ""})
+    return rows
 
 
-def _report_fields(fw, gpu, tp_v, dcp_v, kv_bytes, kv_dtype, mg, sized: dict, limits, decode_sizes, choice,
-                   pl_info: dict, reader: dict) -> dict:
+def _report_fields(fw, gpu, model: ModelView, fs: FactsSet, dd: Decided) -> dict:
     """The sized plan's fields: GPU, layout, limits, planners, groups, scenarios."""
-    g_top, layout, planners, req = sized["top"], sized["layout"], sized["planners"], sized["req"]
+    g_top, _runner, facts, computed = dd.top
+    req = computed.requirement
+    layout, planners, limits, pl_info = req.layout, req.planners, facts.limits, fs.planner_info
     kv, dqk, dvo = g_top.num_kv_heads, g_top.head_dim_qk, g_top.head_dim_vo
     scen = [dict(s.as_dict(), description=describe_scenario(s, layout, gpu, fw)) for s in req.scenarios]
     return {
         "gpu": {"name": gpu.name, "num_sms": gpu.num_sms, "cc": f"{gpu.cc[0]}.{gpu.cc[1]}"},
-        "layout": {"tp": tp_v, "dcp": dcp_v, "num_qo_heads": layout.num_qo_heads, "num_kv_heads": kv,
-                   "head_dim_qk": dqk, "head_dim_vo": dvo, "page_size": layout.page_size, "kv_dtype_bytes": kv_bytes,
-                   "kv_cache_dtype": kv_dtype},
-        "limits": {"capture_sizes": list(decode_sizes), "max_num_seqs": limits.max_num_seqs,
+        "layout": {"tp": model.tp, "dcp": model.dcp, "num_qo_heads": layout.num_qo_heads, "num_kv_heads": kv,
+                   "head_dim_qk": dqk, "head_dim_vo": dvo, "page_size": layout.page_size,
+                   "kv_dtype_bytes": fs.kv_bytes, "kv_cache_dtype": facts.planner_facts.kv_dtype},
+        "limits": {"capture_sizes": list(limits.capture_sizes), "max_num_seqs": limits.max_num_seqs,
                    "max_batched_tokens": limits.max_num_batched_tokens, "draft_tokens": limits.draft_tokens,
                    "max_model_len": limits.max_model_len},
         "planners": {"decode": planners.decode, "prefill": planners.prefill, "tensor_core_decode": pl_info["tcd"],
                      "tensor_core_decode_reason": pl_info["tcd_why"], "trtllm_attention": pl_info["trt_src"]},
-        "groups": [dict(g.as_dict(), label=_kind_label(g, mg), need_bytes=br.float_bytes,
-                        scenario=br.dominant.name if br.dominant else None,
-                        batch=br.dominant.batch if br.dominant else None,
-                        decode=bp.decode, prefill=bp.prefill, dominant=g is g_top)
-                   for g, _lay, bp, br, _res, _ch in sized["rows"]],
-        "model_reader": reader,
-        "planner_candidates": sized["candidates"], "planner_missing": list(choice.missing),
+        "groups": [dict(g.as_dict(), label=_kind_label(g, model.groups) + (f" ({_RUNNER[runner]})" if runner else ""),
+                        runner=runner, need_bytes=n.requirement.float_bytes,
+                        scenario=n.requirement.dominant.name if n.requirement.dominant else None,
+                        batch=n.requirement.dominant.batch if n.requirement.dominant else None,
+                        decode=n.requirement.planners.decode, prefill=n.requirement.planners.prefill,
+                        dominant=f is facts)
+                   for g, runner, f, n in dd.needs],
+        "model_reader": model.reader,
+        "planner_candidates": _candidate_rows(facts, computed), "planner_missing": list(computed.choice.missing),
         "planner_notes": pl_info["notes"],
         "scenarios": scen,
     }
@@ -523,7 +790,7 @@ def _check_kv_pool(pool, line) -> None:
                              "managers/tp_worker.py)")
 
 
-def _deterministic_limits(a, L, limits, gpu, notes):
+def _deterministic_limits(a, L, limits, gpu, environ: dict, notes):
     """SGLang --enable-deterministic-inference: the split tile sizes (from the command's
     leading assignments, else SGLang's defaults 4096 / 2048), disable_split_kv graphs, the
     KV pool when given; the longest context is required."""
@@ -531,7 +798,9 @@ def _deterministic_limits(a, L, limits, gpu, notes):
 
     from .fixed_split import split_sizes_from_env
 
-    env = dict(L.env) if L else {}
+    from .launch_command import READ_ENV
+
+    env = {k: environ[k] for k in READ_ENV if k in environ}
     prefill, decode, env_notes = split_sizes_from_env(env)
     notes.extend(env_notes)
     if not limits.max_model_len:
@@ -569,13 +838,13 @@ def _kv_dtype_for_bytes(a, kv_dtype: str, notes: list) -> str:
     return kv_dtype
 
 
-def _group_layout(g, decode_factor: int, page_size: int, kv_bytes: int) -> AttentionLayout:
+def _group_layout(g, page_size: int, kv_bytes: int) -> AttentionLayout:
     """The per-rank layout FlashInfer plans for one group. Sliding layers plan with
     ``window_left = window - 1`` (vLLM's builder window_left; the prefill plans
     clip by it). Chunked local attention (Llama 4) is sized as full attention:
     its virtual batches never need more than a full-attention batch of the same tokens."""
     window_left = (g.window - 1) if (g.kind == "sliding" and g.window) else -1
-    return AttentionLayout(g.num_qo_heads * decode_factor, g.num_kv_heads, g.head_dim_qk, g.head_dim_vo,
+    return AttentionLayout(g.num_qo_heads, g.num_kv_heads, g.head_dim_qk, g.head_dim_vo,
                            page_size, kv_bytes, window_left)
 
 
@@ -662,7 +931,11 @@ def _mtp_depth(name, environ) -> tuple[int, str]:
     return 1, "the model's config is not readable here; assumed 1, the depth of every published MTP checkpoint"
 
 
-def _moe(a, gpu_key, fi) -> dict:
+def _moe(a, fw, gpu_key, fi, settings, quantization) -> dict:
+    """The MoE guard: ``moe_decision.decide`` for the command's quantization (the op its
+    TRT-LLM experts run), and the verdict per op, under the switches the server sees."""
+    from .moe_decision import MoeFacts, decide as moe_decide, op_of
+
     arch = getattr(a, "host_arch", None)
     if arch:
         src = "given"
@@ -671,11 +944,15 @@ def _moe(a, gpu_key, fi) -> dict:
     else:
         arch, src = "x86_64", "assumed for this GPU; --host-arch aarch64 for a Grace host"
     spec = find_spec(gpu_key) if gpu_key else None
-    v = moe_verdict(Settings(), machine=arch, flashinfer_version=fi, gpu=spec.cc if spec else None)
+    v = moe_verdict(settings, machine=arch, flashinfer_version=fi, gpu=spec.cc if spec else None)
+    op = op_of(fw, quantization)
+    d = moe_decide(MoeFacts(fw, arch, fi, v["sm"], op), settings).decision
     return {"host_arch": arch, "host_arch_source": src, "block": v["block"], "reason": v["reason"],
-            "gpu": v["gpu"], "ops": v["ops"], "rows": v["rows"],
+            "gpu": v["gpu"], "ops": v["ops"], "rows": v["rows"], "setting": settings.moe,
+            "decision": {"op": op or "unknown (every op)", "action": d.action, "block": d.block, "reason": d.reason},
             "verdict": (f"{v['gpu']}: {v['summary']} ({v['reason']})" if v["rows"] or v["block"]
-                        else f"stands down ({v['reason']})")}
+                        else f"stands down ({v['reason']})")
+            + (f" [{MOE}={settings.moe}]" if settings.moe != "auto" else "")}
 
 
 def describe_scenario(s, layout, gpu, fw) -> str:
@@ -720,11 +997,13 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
     _print_scenarios(r, show_all, w)
     n = _print_need(r, w)
     if r["verdict"] == "ok":
-        w(f"verdict    OK: the need fits with {fmt_size(r['workspace_bytes'] - n['float_bytes'])} to spare\n")
+        w(f"verdict    OK: the need fits with {fmt_size(r['workspace_bytes'] - n['float_bytes'])} to spare"
+          f"{_buffer_why(r)}\n")
     else:
         _print_overflow(r, n, w)
         _print_remedies(r, w)
     _print_fixed_split(r, w)
+    _print_guard(r, w)
     _print_tail(r, w)
 
 
@@ -842,7 +1121,7 @@ def _print_overflow(r: dict, n: dict, w) -> None:
         w(f"verdict    OVERFLOW: FlashInfer will raise on the first prompt longer than "
           f"{fx['longest_prompt_in_buffer']:,} tokens (the need grows with the prompt; start-up passes):\n")
     else:
-        w("verdict    OVERFLOW: FlashInfer will raise at start-up:\n")
+        w(f"verdict    OVERFLOW: FlashInfer will raise at start-up{_buffer_why(r)}:\n")
     if o:
         w(f"           Buffer overflow when allocating memory for {o['allocation']} with size {o['bytes']} "
           f"and alignment {o['alignment']}, but only {o['available']} bytes available in AlignedAllocator.\n")
@@ -850,6 +1129,16 @@ def _print_overflow(r: dict, n: dict, w) -> None:
           f"{n['allocation']} ({n['allocation_bytes']:,} B)\n")
     if r.get("overflow_reason"):
         w(f"           why they differ: {r['overflow_reason']}\n")
+
+
+def _buffer_why(r: dict) -> str:
+    """Which buffer the verdict checked and why, where the environment decides it (a native size
+    variable, or an environment the command changes: docker run, env -i, env -u)."""
+    la = r.get("launch") or {}
+    env = r.get("environment") or ""
+    if not la.get("workspace_source") and env.startswith("the exported environment") and ";" not in env:
+        return ""
+    return f" (against {fmt_size(r['workspace_bytes'])}: {r['server_default_source']}; the server's environment: {env})"
 
 
 def _print_remedies(r: dict, w) -> None:
@@ -891,6 +1180,15 @@ def _print_fixed_split(r: dict, w) -> None:
              "and warns:\n"))
         if not fx["affordable"]:
             w(f"  {fx['line']}\n")
+
+
+def _print_guard(r: dict, w) -> None:
+    g = r.get("guard")
+    if g:
+        sw = ", ".join(f"{k}={v}" for k, v in g["switches"].items())
+        w(f"guard      inside the server{' (' + sw + ')' if sw else ''} it logs: {g['line']}\n")
+    if r.get("environment"):
+        w(f"server env {r['environment']}\n")
 
 
 def _print_tail(r: dict, w) -> None:

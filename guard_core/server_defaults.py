@@ -32,6 +32,9 @@ vLLM (``vllm/engine/arg_utils.py`` ``EngineArgs.get_batch_defaults`` and
   0.23+: plus the batched tokens when they are below the ceiling; 0.29+: plus
   the uniform decode sizes for k > 0 (request counts times 1 + k); 0.32+: plus
   ``max_num_seqs`` itself when k = 0 and it is below the ceiling.
+- GptOssForCausalLM (0.23+): the ceiling is 1024 when no capture size is given
+  (``GptOssForCausalLMConfig.verify_and_update_config``, model_executor/models/config.py
+  0.23.0:164-168, 0.33.0:555-559), then at most the batched tokens.
 - FlashInfer decode graphs are planned up to ``min((1 + k) * max_num_seqs,
   max capture size)`` (``_decode_cudagraph_max_bs``).
 - workspace: ``VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE`` = 394 MiB; from 0.26
@@ -140,6 +143,9 @@ class Deployment:
     model_max_len: int | None = None  # from the model's config
     draft_tokens: int | None = None
     speculative: bool = False
+    speculative_algorithm: str | None = None  # SGLang --speculative-algorithm
+    eagle_topk: int | None = None  # SGLang --speculative-eagle-topk
+    spec_steps: int | None = None  # SGLang --speculative-num-steps
     capture_sizes: tuple[int, ...] | None = None
     max_capture: int | None = None
     eager: bool = False
@@ -323,6 +329,14 @@ def _vllm_cuda_graphs(out: Defaults, d: Deployment, rules: str, label: str, give
     if d.max_capture:
         ceiling = d.max_capture
         csrc = given
+    elif not d.capture_sizes and d.architecture == "GptOssForCausalLM" and _ge(rules, "0.23.0"):
+        # GptOssForCausalLMConfig.verify_and_update_config raises the ceiling to 1024 when the user
+        # sets neither capture list nor ceiling, before _set_cudagraph_sizes (model_executor/models/
+        # config.py 0.23.0:164-168, 0.32.0:477-481, 0.33.0:555-559; vllm/config/vllm.py 0.23.0:856 then
+        # 1281): the ceiling is then given, so no uniform decode sizes are added (0.33.0 vllm.py:2440-2480)
+        ceiling = 1024
+        csrc = (f"{label}: 1024 for GptOssForCausalLM (GptOssForCausalLMConfig.verify_and_update_config, "
+                "model_executor/models/config.py)")
     else:
         ceiling = min(2 * seqs * (1 + k), ceiling_limit)
         where = "on compute capability 10.x (SM100 family)" if ceiling_limit == 1024 else (
@@ -473,8 +487,11 @@ def sglang_defaults(d: Deployment, line: str, line_source: str) -> Defaults:
     else:
         v["max_num_seqs"] = Derived(4096, f"{label} sizes max running requests from the KV pool at start-up; "
                                           "assumed unbounded (4096) for the eager shapes")
+    d = _sglang_eagle(v, d, given, label)
     k = d.draft_tokens or 0
     _draft_context_page(v, d, k, given, 1, f"{label} default page size")
+    if "spec_steps" in v and not v["spec_steps"].passed:
+        v["draft_tokens"] = Derived(k, v["spec_steps"].source)
     if d.eager:
         v["capture_sizes"] = Derived((), f"CUDA graphs disabled ({given})", True)
     elif d.capture_sizes:
@@ -497,6 +514,38 @@ def sglang_defaults(d: Deployment, line: str, line_source: str) -> Defaults:
     v["flashinfer"] = (Derived(d.flashinfer, "given", True) if d.flashinfer else
                        Derived(pinned_flashinfer("sglang", line), f"{label} pins it"))
     return out
+
+
+def _sglang_eagle(v: dict, d: Deployment, given: str, label: str) -> Deployment:
+    """SGLang's EAGLE family (EAGLE, EAGLE3, NEXTN, STANDALONE): without --speculative-num-steps it
+    picks (steps, topk, draft tokens) itself, (5, 4, 8) for LlamaForCausalLM and Grok-1, (3, 1, 4)
+    otherwise and for STANDALONE (auto_choose_speculative_params, server_args.py 0.5.5:4176-4200,
+    0.5.11:7471-7495; arg_groups/speculative_hook.py 0.5.23:1430-1470); with topk 1 the draft
+    tokens are steps + 1 (0.5.5:1597-1604, 0.5.23:1255-1266). The draft worker decodes topk x bs
+    requests per step (``eagle_topk``)."""
+    from dataclasses import replace
+
+    algo = (d.speculative_algorithm or "").upper()
+    if algo not in ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE"):
+        return d
+    steps, topk, n = d.spec_steps, d.eagle_topk, (d.draft_tokens + 1 if d.draft_tokens is not None else None)
+    src = given
+    if steps is None:
+        auto = (3, 1, 4) if algo == "STANDALONE" else (
+            (5, 4, 8) if d.architecture in ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM") else (3, 1, 4))
+        steps, topk, n = auto
+        src = f"{label} picks (steps, topk, draft tokens) = {auto} for {d.architecture or 'this model'}"
+    topk = topk or 1
+    if topk == 1 and n != steps + 1:
+        n = steps + 1
+        src = f"{src}; topk 1: draft tokens = steps + 1 ({label})"
+    if n is None:
+        raise ValueError("--speculative-eagle-topk above 1 needs --speculative-num-draft-tokens (SGLang does not "
+                         "pick it when the steps are given)")
+    v["eagle_topk"] = Derived(topk, given if d.eagle_topk is not None and d.spec_steps is not None else src,
+                              d.eagle_topk is not None)
+    v["spec_steps"] = Derived(steps, given if d.spec_steps is not None else src, d.spec_steps is not None)
+    return replace(d, draft_tokens=n - 1, speculative=True)
 
 
 def sglang_default_workspace(sglang_version: str | None, architecture: str | None) -> int:

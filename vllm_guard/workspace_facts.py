@@ -146,28 +146,12 @@ def _capture_sizes(builder, vc, draft, max_seqs, missing):
     return capture or (max_bs,)
 
 
-def _graph_routing(builder, verify_in_graph: bool) -> dict:
-    """Which decode batches plan the CUDA-graph decode wrapper besides the captured ones.
-
-    Every pure decode batch of at most ``_decode_cudagraph_max_bs`` tokens does, whatever its
-    query lengths (``use_cudagraph = enable_cuda_graph and pure_decode and num_decode_tokens
-    <= _decode_cudagraph_max_bs``: v1/attention/backends/flashinfer.py 0.23.0:1210-1214,
-    0.32.0:1776-1780, 0.33.0:1938-1942): under speculation a step where no request has a
-    draft plans one-token batches there besides the verify graphs. 0.33's fa2-native decode
-    (below SM90, ``_use_fa2_native_decode``, 0.33.0:118-120) plans ``q_len_per_req =
-    num_decode_tokens // num_decodes`` (0.33.0:1945-1948) over a decode run of one query
-    length (``split_decodes_and_prefills(require_uniform=True)``, v1/attention/backends/
-    utils.py 0.33.0:872-893): every length from 1 to 1 + draft tokens (n-gram proposes up
-    to k drafts, and the scheduler may cut them)."""
-    native = getattr(builder, "use_fa2_native_decode", False) is True
-    return {"one_token_graphs": True, "partial_verify_graphs": native and verify_in_graph}
-
-
 def _facts(builder, gpu):
     """What the core needs about this builder: (AttentionLayout, ServingLimits,
     PlannerFacts, kv dtype bytes options, missing facts)."""
     from guard_core.planner_choice import PlannerFacts, dtype_bytes, dtype_kind
-    from guard_core.sizing import AttentionLayout, ServingLimits
+    from guard_core.sizing import AttentionLayout
+    from guard_core.workspace_decision import vllm_graph_limits
 
     vc = builder.vllm_config
     missing: list[str] = []
@@ -218,23 +202,18 @@ def _facts(builder, gpu):
     capture = _capture_sizes(builder, vc, draft, max_seqs, missing)
     threshold = getattr(builder, "reorder_batch_threshold", _MISSING)
     if threshold is _MISSING or threshold is None:
-        verify_in_graph = True  # unknown: the larger need
+        threshold = None  # unknown: the larger need
         if draft:
             missing.append("reorder_batch_threshold")
-    else:
-        # verify batches run through FlashInfer's decode graphs only when the
-        # builder treats spec tokens as decodes
-        verify_in_graph = int(threshold) > 1
-    limits = ServingLimits(
+    # the graphs vLLM captures: one core rule for the adapter and `plan`
+    limits = vllm_graph_limits(
         capture_sizes=capture,
         max_num_seqs=max_seqs,
         max_num_batched_tokens=_max_num_batched_tokens(builder),
         draft_tokens=draft,
-        eager=True,
         max_model_len=int(getattr(builder.model_config, "max_model_len", 0) or 0) or None,
-        verify_in_graph=verify_in_graph,
-        capture_unit="tokens",
-        **_graph_routing(builder, verify_in_graph),
+        reorder_batch_threshold=threshold,
+        fa2_native_decode=getattr(builder, "use_fa2_native_decode", False) is True,
     )
     kv_options = None if kv_bytes else (2, 1)
     return layout, limits, pfacts, kv_options, missing

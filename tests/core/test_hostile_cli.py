@@ -114,7 +114,8 @@ def test_help_and_version_exit_zero(capsys):
 
 def test_bounds_accept_their_own_limits(capsys):
     argv = ["plan", "--json", "--max-capture-batch", "16384", "--max-num-seqs", "65536", "--sms", "1024",
-            "--max-batched-tokens", str(1 << 24), "--draft-tokens", "128", "--tp", "1"]
+            "--max-batched-tokens", str(1 << 24), "--draft-tokens", "128", "--tp", "1",
+            "--trtllm-attention", "on"]  # speculative FULL decode graphs need TRT-LLM decode (issue 26)
     rc, out, err, elapsed = call(argv, capsys)
     assert rc == 0 and elapsed < 10
     d = json.loads(out)

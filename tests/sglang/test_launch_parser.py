@@ -91,7 +91,9 @@ def test_case9_cuda_graph_options_of_this_line():
         l = real("python -m sglang.launch_server --model m --cuda-graph-max-bs 64 --cuda-graph-bs 1 2 4")
         assert (l.max_capture, l.capture_sizes) == (64, (1, 2, 4))
     l = real('python -m sglang.launch_server --model m --json-model-override-args {"num_key_value_heads":1}')
-    assert l.not_read and any("num_key_value_heads" in n for n in l.notes)
+    # issue 26: read and applied to the model's config as the server applies it
+    assert not l.not_read and any("num_key_value_heads" in n for n in l.notes)
+    assert l.model_overrides["values"] == {"num_key_value_heads": 1}
 
 
 # ------------------------------------------------------------------ the property: generated commands

@@ -95,7 +95,9 @@ def test_case9_spellings():
     assert not l.eager and l.not_read == []
     assert real("vllm serve m -O0").eager  # OptimizationLevel.O0: no CUDA graphs
     l = real('vllm serve m --hf-overrides {"num_key_value_heads":1}')
-    assert l.not_read and any("num_key_value_heads" in n for n in l.notes)
+    # issue 26: read and applied to the model's config as the server applies it
+    assert not l.not_read and any("num_key_value_heads" in n for n in l.notes)
+    assert l.model_overrides["values"] == {"num_key_value_heads": 1}
 
 
 def test_case9_prefixes_read_the_same_command():
