@@ -459,7 +459,7 @@ def _read_launch(a, environ, notes: list):
         from .launch_command import image_tag_note, split_command
         from .server_defaults import DEFAULT_LINE
 
-        _fw, form, _t, _e = split_command(list(a.launch))
+        form = split_command(list(a.launch))[1]
         line, why = image_tag_note(launch.framework, form)
         label = framework_label(launch.framework)
         if line:

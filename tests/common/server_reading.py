@@ -14,7 +14,6 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 from guard_core.launch_command import LaunchError, load_table, parse_launch, table_versions

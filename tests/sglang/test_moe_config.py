@@ -4,7 +4,6 @@ argument-resolution pipeline from 0.5.20 (issue 9, item 1)."""
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest

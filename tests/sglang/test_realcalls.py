@@ -16,7 +16,6 @@ import fcntl
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import tempfile
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path

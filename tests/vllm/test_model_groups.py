@@ -12,7 +12,6 @@ built-in reader (guard_core) is what is checked.
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import pytest
