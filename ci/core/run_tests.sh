@@ -10,6 +10,7 @@ py="$(bash "$FG_REPO/ci/install_env.sh" core | tail -n 1)" && [ -x "$py" ] || {
 cd "$FG_REPO"
 # lint (ruff.toml: F, E9, B) as a test case of its own in the totals
 "$py" -m pytest -q -p no:cacheprovider ci/test_lint.py --junitxml="$reports/lint.xml" -o junit_suite_name=lint || lint=1
-"$py" -m pytest -q -p no:cacheprovider tests/core tests/conformance \
+# both cores (pytest-xdist, in the lock): measured 2026-12-02, 780 tests in 64 s with -n 2
+"$py" -m pytest -q -p no:cacheprovider -n "${FLASHINFER_GUARD_CORE_JOBS:-2}" tests/core tests/conformance \
   --junitxml="$reports/core.xml" -o junit_suite_name=core
 exit "${lint:-0}"

@@ -18,7 +18,7 @@ envs="$FG_ENVS"
 # 0.5.23: FlashInfer 0.7.2: both guards stand down.
 reports="${FLASHINFER_GUARD_REPORTS:-$repo/.reports}"
 mkdir -p "$reports"
-# each scenario is a fresh SGLang process: let Python cache bytecode
+# each scenario is its own process (forked from a warm interpreter, tests/common/forkserver.py): let Python cache bytecode
 unset PYTHONDONTWRITEBYTECODE
 lines=("$@")
 [ ${#lines[@]} -gt 0 ] || read -r -a lines <<< "${FLASHINFER_GUARD_SGLANG_LINES:-0.5.5 0.5.11 0.5.23}"
@@ -66,7 +66,7 @@ for v in "${lines[@]}"; do
     esac
   fi
   echo "--- SGLang $v selection: ${select[*]}"
-  # each scenario is a fresh SGLang interpreter (mostly import time): one per core
+  # each scenario is its own process, forked from one warm interpreter per pytest worker: one worker per core
   (cd "$repo" && "$py" -m pytest -q -rf -p no:cacheprovider -n "${FLASHINFER_GUARD_SCENARIO_JOBS:-2}" "${select[@]}" \
     --junitxml="$reports/sglang-$v.xml" -o junit_suite_name="sglang-$v") || status=1
   echo "--- SGLang $v tests took $(( $(date +%s) - start ))s"

@@ -24,8 +24,9 @@ lines="${FLASHINFER_GUARD_VLLM_LINES:-0.23.0 0.33.0 0.32.0}"
 reports="${FLASHINFER_GUARD_REPORTS:-$repo/.reports}"
 envs="$FG_ENVS"
 mkdir -p "$reports"
-# every scenario is a fresh vLLM process: let Python cache bytecode (uv does
-# not compile at install), or each one recompiles vLLM and torch
+# every scenario is its own process (a forked child of a warm interpreter,
+# tests/common/forkserver.py; some fresh): let Python cache bytecode (uv does
+# not compile at install), or each fresh one recompiles vLLM and torch
 unset PYTHONDONTWRITEBYTECODE
 status=0
 
