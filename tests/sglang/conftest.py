@@ -51,7 +51,7 @@ FRESH = {"no_sglang"}
 
 @pytest.fixture
 def scenario():
-    """Run a scenario in a fresh interpreter; identical requests share one run."""
+    """Run a scenario in its own process; identical requests share one run."""
 
     def run(name, env=None, **opts):
         key = (name, json.dumps(env or {}, sort_keys=True), json.dumps(opts, sort_keys=True))

@@ -2,7 +2,7 @@
 
     python realcalls_scenarios.py NAME [JSON-OPTIONS]
 
-One scenario per fresh interpreter; prints ``RESULT <json>`` as its last stdout
+One scenario per process (forked from a warm interpreter, tests/common/forkserver.py); prints ``RESULT <json>`` as its last stdout
 line (like scenarios.py, whose helpers this reuses).
 
 What runs for real: SGLang's ``FlashInferAttnBackend`` (its ``__init__`` with the

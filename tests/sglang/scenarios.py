@@ -1,4 +1,5 @@
-"""Scenarios run one per fresh interpreter against the installed SGLang.
+"""Scenarios run one per process against the installed SGLang (forked from a warm interpreter that
+preloaded only third-party modules, tests/common/forkserver.py; a fresh one where start-up is tested).
 
     python scenarios.py NAME [JSON-OPTIONS]
 

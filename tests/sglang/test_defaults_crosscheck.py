@@ -1,6 +1,6 @@
 """``flashinfer-guard plan``'s SGLang defaults against the installed SGLang, on the same simulated GPU.
 
-SGLang's real ``ServerArgs`` is built (in a fresh interpreter of this
+SGLang's real ``ServerArgs`` is built (in its own process of this
 environment, with only the CUDA-only kernel package stood in, see ``_cpu.py``)
 with ``get_device_memory_capacity`` reporting the simulated GPU's memory; what
 it chose (decode CUDA-graph max batch and list, chunked prefill size) must

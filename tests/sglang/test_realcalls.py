@@ -1,6 +1,6 @@
 """SGLang's own FlashInfer plan() calls through FlashInfer's real wrappers and planner.
 
-Each scenario runs in a fresh interpreter (realcalls_scenarios.py): SGLang's
+Each scenario runs in its own process (realcalls_scenarios.py, forked from a warm interpreter): SGLang's
 FlashInferAttnBackend with FlashInfer's real Python wrappers, FlashInfer's own
 planner code compiled for the host (tests/realcalls/standin.py), SGLang's CUDA-graph
 capture path (largest batch first) and the eager batches the guard's core names as

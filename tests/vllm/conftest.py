@@ -1,7 +1,8 @@
 """Harness for the vLLM adapter tests: every scenario in its own process.
 
 vLLM caches capability checks and its plugins-loaded flag per process, so
-each scenario of scenarios.py runs in a fresh interpreter (this env's python,
+each scenario of scenarios.py runs in its own process (this env's python, forked from a warm
+interpreter that preloaded only third-party modules: tests/common/forkserver.py;
 the one with the real vLLM installed). All scenarios are started when the
 session begins, a few at a time, and each test waits for the ones it reads.
 """

@@ -1,6 +1,6 @@
 """``flashinfer-guard plan``'s vLLM defaults against the installed vLLM, on the same simulated GPU.
 
-For every case (all in one fresh interpreter of this environment: vLLM's
+For every case (all in one process of this environment, forked from a warm interpreter: vLLM's
 import costs about a minute here; nothing compared is cached per process, the
 platform is re-pointed per case) vLLM builds its own
 ``EngineArgs(...).create_engine_config(OPENAI_API_SERVER)`` with the platform

@@ -1,6 +1,6 @@
 """`flashinfer-guard plan` gives the decision the guard makes inside vLLM (issue 26, the parity search).
 
-One fresh interpreter of this environment (tests/vllm/parity_probe.py) generates seeded deployments
+One process of this environment (forked from a warm interpreter, tests/common/forkserver.py) (tests/vllm/parity_probe.py) generates seeded deployments
 (GPU, attention shape, max seqs, batched tokens, KV-cache dtype, n-gram speculative decoding,
 capture ceiling, eager), lets vLLM resolve each from its engine arguments on the simulated GPU and
 build its real FlashInfer builder, and compares the adapter's decision on that builder
