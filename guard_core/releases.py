@@ -40,7 +40,7 @@ CHECKED_LINES = {
 LINE_PARTS = {"vllm": 2, "sglang": 3}
 DISPLAY = {"vllm": "vLLM", "sglang": "SGLang", "flashinfer": "FlashInfer"}
 DISTRIBUTION = {"vllm": "vllm", "sglang": "sglang"}
-# Each server's own workspace-size variable (the one place: frameworks, launch and both adapters read it here).
+# Each server's own workspace-size variable (the one place: server_defaults, launch_command and both adapters read it here).
 NATIVE_VAR = {"vllm": "VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE", "sglang": "SGLANG_FLASHINFER_WORKSPACE_SIZE"}
 
 # ------------------------------------------------------------ FlashInfer releases
@@ -87,10 +87,17 @@ FLASHINFER_RELEASES = (
      "FlashInfer's own tensor-core decode plan passes uniform_q_len=1, fixed_uniform_q_len=True"),
 )
 
-# Who plans decode through FlashInfer's own decode wrapper (so follows the release's
-# uniform_q_len arguments): SGLang's fast_decode_plan is FlashInfer's function; vLLM's
-# fast_plan_decode is its own copy and passes uniform_q_len=0 on every line.
-FOLLOWS_FLASHINFER_DECODE = ("sglang",)
+# Who plans tensor-core decode through FlashInfer's own decode wrapper (so follows the
+# release's uniform_q_len arguments):
+# - SGLang: its fast_decode_plan is FlashInfer's function (imported by name);
+# - vLLM: its fast_plan_decode is no copy of the planner call: eager and the first
+#   (warm-up) call run the wrapper's own ``self.plan(...)``, CUDA-graph plans call
+#   FlashInfer's ``fast_decode_plan`` (imported from flashinfer.decode) -- vLLM 0.23.0
+#   v1/attention/backends/flashinfer.py:17,1903,1932; 0.32.0 :20,2720,2749; 0.33.0
+#   :20,2904,2934. tests/vllm/test_fast_decode_rule.py reads this in each locked wheel.
+# Up to FlashInfer 0.7.2.post1 both pass uniform_q_len 0 for one-token decode
+# (decode.py 0.7.2.post1:5044 ``q_len_per_req if q_len_per_req > 1 else 0``).
+FOLLOWS_FLASHINFER_DECODE = ("sglang", "vllm")
 
 
 def _key(version: str) -> tuple:

@@ -392,10 +392,3 @@ def unpatch(module) -> bool:
 
     return unwrap_attr(module.FlashInferAttnBackend, "__init__")
 
-
-def unpatch_runner(module) -> bool:
-    """Take the wrapper off ``module.ModelRunner.load_model``."""
-    from guard_core.patching import unwrap_attr
-
-    cls = getattr(module, "ModelRunner", None)
-    return bool(cls is not None and unwrap_attr(cls, "load_model"))
