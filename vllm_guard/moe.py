@@ -46,8 +46,11 @@ line too.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+from guard_core.lifecycle import AdapterState
 from guard_core.patch_table import PatchTable, Wrap
-from guard_core.patching import PatchSet, guarded
+from guard_core.patching import guarded
 
 from ._log import get_log
 
@@ -91,8 +94,16 @@ BF16_CLASSES = ("TrtLlmBf16Experts", "TrtLlmBf16ExpertsBase", "TrtLlmBf16Experts
 MXFP4_CLASSES = ("TrtLlmMxfp4ExpertsBase", "TrtLlmMxfp4ExpertsMonolithic", "TrtLlmMxfp4ExpertsModular")
 GATE = "_supports_current_device"
 
-_outcomes: dict = {}  # (op, SM) -> MoeOutcome, once the GPU is known
-_patches = PatchSet()
+
+
+@dataclass
+class _State(AdapterState):
+    """What the MoE guard remembers in this process (reset by ``uninstall``)."""
+
+    outcomes: dict = field(default_factory=dict)  # (op, SM) -> MoeOutcome, once the GPU is known
+
+
+_state = _State()
 
 
 # --- facts ------------------------------------------------------------------
@@ -147,11 +158,11 @@ def decision(op: str | None = None, gpu="live"):
 
     sm = _gpu_sm() if gpu == "live" else gpu
     key = (op, sm)
-    if key in _outcomes:
-        return _outcomes[key]
+    if key in _state.outcomes:
+        return _state.outcomes[key]
     o = decide(facts(op, sm), get_settings())
     if sm is not None or gpu is None:
-        _outcomes[key] = o
+        _state.outcomes[key] = o
     return o
 
 
@@ -233,7 +244,7 @@ def install(settings) -> None:
 def uninstall() -> None:
     """Undo every patch (the rebinds included); ``install`` patches again afterwards."""
     _TABLE.undo()
-    _outcomes.clear()
+    _state.reset()
 
 
 def _announce() -> None:
@@ -282,7 +293,7 @@ def _clear_caches_now_and_on_undo(module) -> None:
     """After the wrap and its rebinds: caches that remembered the old answer are cleared
     (now, and on undo). A module imported later defines its caches afresh."""
     _clear_dependent_caches()
-    _patches.on_undo(_clear_dependent_caches)
+    _TABLE.patches.on_undo(_clear_dependent_caches)
 
 
 def _clear_dependent_caches() -> None:
@@ -471,7 +482,7 @@ def _hide_mxfp4_routes(module) -> None:
         if isinstance(getattr(module, "envs", None), _EnvsView):
             module.envs = module.envs._real
 
-    _patches.on_undo(restore)
+    _TABLE.patches.on_undo(restore)
 
 
 # --- explicit --moe-backend flashinfer_trtllm --------------------------------
@@ -530,7 +541,7 @@ def _when(op=None, test=lambda o: o.block):
 
 _UTILS_WRAP = Wrap(TARGET, _make_has_trtllm, feature=_callable(TARGET), rebind=("vllm",), importers=IMPORTERS)
 
-_TABLE = PatchTable(get_log, _patches)
+_TABLE = PatchTable(get_log)
 _TABLE.row(UTILS, "vllm_guard.moe.utils", "moe guard", _clear_caches_now_and_on_undo, before=_announce,
            wraps=(_UTILS_WRAP,), when=_utils_needed, missing=_not_applicable)
 _TABLE.row(MXFP4, "vllm_guard.moe.mxfp4", "moe guard (MXFP4)",
