@@ -21,7 +21,8 @@
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$FG_REPO"
-all="vllm-0.19.1 vllm-0.23.0 vllm-0.26.0 vllm-0.29.0 vllm-0.32.0 vllm-0.33.0 sglang-0.5.5 sglang-0.5.11 sglang-0.5.15 sglang-0.5.20 sglang-0.5.22 sglang-0.5.23"
+# every checked line, from the one list (guard_core.releases.CHECKED_LINES)
+all="$(python3 -m guard_core.releases --lines)" || { echo "cannot read the checked lines"; exit 2; }
 lines=("$@")
 [ ${#lines[@]} -gt 0 ] || read -r -a lines <<< "$all"
 out="${FLASHINFER_GUARD_MATRIX_DIR:-$FG_REPO/.reports/matrix}"

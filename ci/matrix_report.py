@@ -18,8 +18,10 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 MIB = 1 << 20
-ORDER = ["vllm-0.19.1", "vllm-0.23.0", "vllm-0.26.0", "vllm-0.29.0", "vllm-0.32.0", "vllm-0.33.0",
-         "sglang-0.5.5", "sglang-0.5.11", "sglang-0.5.15", "sglang-0.5.20", "sglang-0.5.22", "sglang-0.5.23"]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from guard_core.releases import matrix_lines  # noqa: E402  (the one list of checked lines)
+
+ORDER = list(matrix_lines())
 HEADER = ("| line | FlashInfer | torch | suite | planner, byte for byte | workspace, Qwen3.5-397B shape | workspace, Qwen3-VL-32B shape "
           "| MoE guard (aarch64, SM100) | checked |")
 

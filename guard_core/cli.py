@@ -17,7 +17,7 @@ import sys
 from . import __version__
 from .decisions import moe_verdict
 from .gpus import Gpu, find_spec, gpu_names
-from .presets import DEFAULT_MODEL, PRESETS, ModelError, ModelFacts, load_model
+from .presets import DEFAULT_MODEL, PRESETS, ModelError, load_model
 from .settings import load_settings
 from .versions import flashinfer_version, installed_version
 from . import flashinfer_model as fm
@@ -276,30 +276,6 @@ def _resolve_gpu(a) -> Gpu:
     if a.sms or cc:
         g = Gpu(g.name, a.sms or g.num_sms, cc or g.cc, g.max_smem_per_sm)
     return g
-
-
-def _resolve_model(a) -> tuple[ModelFacts | None, int, int, int, int]:
-    raw = (a.qo_heads, a.kv_heads, a.head_dim)
-    if any(v is not None for v in raw):
-        if a.model:
-            raise UsageError("give either --model or --qo-heads/--kv-heads/--head-dim, not both")
-        if None in raw:
-            raise UsageError("--qo-heads, --kv-heads and --head-dim go together")
-        facts = ModelFacts("custom", "custom", "custom", a.qo_heads, a.kv_heads, a.head_dim, a.v_head_dim)
-        if a.qo_heads % a.kv_heads:
-            raise UsageError(f"--qo-heads {a.qo_heads} must be a multiple of --kv-heads {a.kv_heads}")
-    else:
-        try:
-            facts = load_model(a.model or DEFAULT_MODEL)
-        except ModelError as exc:
-            raise UsageError(str(exc)) from None
-    if facts.uses_mla:
-        return facts, 0, 0, 0, 0
-    try:
-        q, kv = facts.per_rank(a.tp)
-    except ModelError as exc:
-        raise UsageError(str(exc)) from None
-    return facts, q * a.dcp, kv, facts.head_dim, (a.v_head_dim or facts.v_head_dim or facts.head_dim)
 
 
 def _parse_workspace(text: str) -> int:

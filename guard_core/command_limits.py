@@ -1,6 +1,6 @@
 """The launch command's one error and the bounds on its JSON text and ``--config`` files.
 
-The floor under ``launch`` (the built-in reader) and ``server_parsers`` (the installed
+The floor under ``launch_command`` (the built-in reader) and ``server_parsers`` (the installed
 server's own parser): both refuse a command with ``LaunchError``, bound nested JSON
 before ``json.loads`` recurses, and read a ``--config`` file only through
 ``read_config_file`` and ``check_yaml_limits`` (a regular file, at most 1 MiB read in

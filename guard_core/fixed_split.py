@@ -90,7 +90,7 @@ def split_sizes_from_env(environ) -> tuple[int | None, int | None, list[str]]:
 
 def gpu_memory_bytes(gpu, device=None) -> int | None:
     """Total memory of the GPU: live through torch where a CUDA device is visible, else the
-    table of known GPUs (``frameworks.GPU_MEMORY``), else None."""
+    table of known GPUs (``server_defaults.GPU_MEMORY``), else None."""
     import sys
 
     torch = sys.modules.get("torch")

@@ -323,7 +323,7 @@ def decode_group_sizes(version: str) -> frozenset:
 
 def decode_uniform_q_len(caller: str, version: str) -> bool:
     """Whether ``caller``'s tensor-core decode plan passes uniform_q_len=1 and
-    fixed_uniform_q_len=True (FlashInfer 0.7.4's own decode wrapper, which SGLang calls)."""
+    fixed_uniform_q_len=True (FlashInfer 0.7.4's own decode wrapper, which SGLang and vLLM call)."""
     return releases.decode_passes_uniform_q_len(caller, version)
 
 

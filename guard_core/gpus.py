@@ -111,10 +111,6 @@ def lookup_gpu(name: str) -> Gpu:
     return spec.gpu()
 
 
-def gpu_from_device_name(device_name: str, num_sms: int, cc: tuple[int, int], smem: int | None = None) -> Gpu:
-    return Gpu(device_name, int(num_sms), (int(cc[0]), int(cc[1])), smem)
-
-
 def detect_gpu(device=None) -> Gpu | None:
     """The live GPU of ``device`` (torch), or None when there is none.
 

@@ -16,14 +16,31 @@ calls it inside its own ``try``). So:
   flag, after which ``register`` installs again.
 
 The adapter's plugin module holds the state (``_lock``, ``_registered``), so
-that it stays readable where it always was.
+that it stays readable where it always was. Each guard module keeps what it
+remembers in one process in one small ``AdapterState`` dataclass, which its
+``uninstall`` resets.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-__all__ = ["register", "uninstall"]
+__all__ = ["AdapterState", "register", "uninstall"]
+
+
+class AdapterState:
+    """Base of a guard module's per-process memory (a dataclass): ``reset()`` gives every
+    field its default again, except those named in ``KEEP`` (facts read once per process)."""
+
+    KEEP: tuple = ()
+
+    def reset(self) -> None:
+        import dataclasses
+
+        for f in dataclasses.fields(self):
+            if f.name in self.KEEP:
+                continue
+            setattr(self, f.name, f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
 
 
 def register(plugin, install: Callable[[], bool], on_error: Callable[[BaseException], None]) -> bool:

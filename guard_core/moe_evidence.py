@@ -183,10 +183,6 @@ def in_range(row: EvidenceRow, flashinfer_version: str) -> bool:
     return True
 
 
-def is_arm(machine: str | None) -> bool:
-    return str(machine or "").lower() in ARM_MACHINES
-
-
 def applicable(*, sm: int | None, flashinfer_version: str | None, machine: str | None = None,
                op: str | None = None, fixed_in: str | None = None) -> tuple:
     """The rows that apply to a deployment: GPU ``sm`` (None: unknown, assumed to reach

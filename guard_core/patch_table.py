@@ -15,7 +15,9 @@ patches:
 
 A wrapped module-level function that other modules imported by name is
 rebound there too (``Wrap(..., rebind=("vllm",))``: every module under those
-prefixes that holds the original gets the wrapper, and undo gives it back).
+prefixes that holds the original gets the wrapper, and undo gives it back); the
+modules named in ``importers`` are scanned again when they are imported later,
+while the wrap is on (the one rebinding mechanism).
 A row may say when it is needed at all (``when(module)``: False applies nothing,
 silently, e.g. on a host where the guard stands down) and that its optional
 targets are alternatives across releases (``one_of``: at least one must be
@@ -24,11 +26,15 @@ there, else ``missing`` names the first).
 A row is all or nothing: when a required target is missing or its feature check
 fails, nothing of the row is applied and ``missing(target)`` says so once (the
 adapter's ``GuardLog.missing_target``: a warning where the line needs the guard,
-a debug line where it does not). Every wrap goes through the table's
-``PatchSet``, so ``PatchTable.undo()`` (the adapter's ``uninstall()``) undoes
-every row, newest first. An optional ``before`` runs first (e.g. saying once
-that the line is outside the checked ones). Each call is ``guarded``: an
-exception is one warning and the server goes on with its own behaviour.
+a debug line where it does not); when a wrapper factory, a rebind or ``apply``
+raises, everything the row did so far (its wraps, rebinds and the undo steps its
+``apply`` registered) is undone at once and the exception is the row's one
+warning (``guarded``); the server goes on with its own behaviour. Every wrap goes
+through the table's ``PatchSet``, and ``install()`` remembers the post-import
+hooks it registered, so ``PatchTable.undo()`` (the adapter's ``uninstall()``) is
+the only undo: every row newest first, and the hooks forgotten (a later
+``install()`` patches again). An optional ``before`` runs first (e.g. saying
+once that the line is outside the checked ones).
 
 In the spirit of OpenTelemetry's ``BaseInstrumentor`` (a declared table, applied
 and undone by one mechanism) and wrapt's ``resolve_path``/``apply_patch`` (a
@@ -40,7 +46,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .patching import PatchSet, guarded, rebind_everywhere, when_imported
+from .patching import PatchSet, forget_import_hook, guarded, rebind_everywhere, when_imported
 
 __all__ = ["PatchRow", "PatchTable", "Wrap", "resolve_path"]
 
@@ -70,6 +76,7 @@ class Wrap:
     feature: Callable[[Any, Any], bool] | None = None  # feature(owner, module): the release has what make relies on
     required: bool = True  # False: absent on some releases, skipped silently there
     rebind: tuple = ()  # module prefixes where by-name imports of a wrapped function are rebound
+    importers: tuple = ()  # modules scanned again (the rebind) when imported after the wrap
 
     def resolve(self, module) -> tuple[object, str] | None:
         found = resolve_path(module, self.target)
@@ -103,6 +110,8 @@ class PatchTable:
         self._log = log
         self.patches = patches if patches is not None else PatchSet()
         self.rows: list[PatchRow] = []
+        self._hooks: list[tuple[str, str]] = []  # (module, key) registered by install()
+        self._rebound: dict[int, tuple] = {}  # id(Wrap) -> (original, wrapper, prefixes) while on
 
     def row(self, module: str, key: str, what: str, apply: Callable[[Any], None] | None = None,
             **extra) -> Callable[[Any], None]:
@@ -130,40 +139,70 @@ class PatchTable:
             found.append((w, place))
         if r.one_of and r.wraps and not found:
             return self._missing(r, module, r.wraps[0])
-        for w, (owner, name) in found:
-            original = getattr(owner, name)
-            if self.patches.wrap(owner, name, lambda orig, w=w: w.make(orig, module)) and w.rebind:
-                self._rebind(original, getattr(owner, name), w.rebind)
-        if r.apply is not None:
-            r.apply(module)
+        mark = self.patches.mark()
+        try:
+            for w, (owner, name) in found:
+                original = getattr(owner, name)
+                if self.patches.wrap(owner, name, lambda orig, w=w: w.make(orig, module)) and w.rebind:
+                    self._rebind(w, original, getattr(owner, name))
+            if r.apply is not None:
+                r.apply(module)
+        except Exception:  # all or nothing: what this row did is undone, the caller warns once
+            self.patches.undo_since(mark)
+            raise
 
     @staticmethod
     def _missing(r: PatchRow, module, w: Wrap) -> None:
         if r.missing is not None:
             r.missing(f"{getattr(module, '__name__', r.module)}.{w.target}")
 
-    def _rebind(self, old, new, prefixes: tuple) -> None:
-        """By-name imports of ``old`` under ``prefixes`` point at ``new``; undo points them back."""
-        for prefix in prefixes:
+    def _rebind(self, w: Wrap, old, new) -> None:
+        """By-name imports of ``old`` under ``w.rebind`` point at ``new`` (now, and when one
+        of ``w.importers`` is imported later); undo points them back."""
+        self._rebound[id(w)] = (old, new, w.rebind)
+        for prefix in w.rebind:
             rebind_everywhere(old, new, prefix)
 
         def back():
-            for prefix in prefixes:
+            self._rebound.pop(id(w), None)
+            for prefix in w.rebind:
                 rebind_everywhere(new, old, prefix)
 
         self.patches.on_undo(back)
+
+    def rebind_again(self, w: Wrap) -> None:
+        """A module that may import ``w``'s function by name was imported: while the wrap is
+        on, every holder of the original under ``w.rebind`` gets the wrapper."""
+        found = self._rebound.get(id(w))
+        if found is not None:
+            old, new, prefixes = found
+            for prefix in prefixes:
+                rebind_everywhere(old, new, prefix)
 
     def targets(self) -> list[str]:
         """Every declared dotted target, ``module.path`` (what the adapter may patch)."""
         return [f"{r.module}.{w.target}" for r in self.rows for w in r.wraps]
 
     def install(self) -> None:
-        """A post-import hook per row (idempotent by key; run now for an imported module)."""
+        """A post-import hook per row, and one per later importer of a rebound function
+        (idempotent by key; run now for an imported module); ``undo`` forgets them."""
         for r in self.rows:
-            when_imported(r.module, _Hook(self, r), key=r.key)
+            self._register(r.module, r.key, _Hook(self, r))
+            for w in r.wraps:
+                for name in w.importers:
+                    self._register(name, f"{r.key}.importer", _Rebind(self, r, w))
+
+    def _register(self, module: str, key: str, hook) -> None:
+        if (module, key) not in self._hooks:
+            self._hooks.append((module, key))
+        when_imported(module, hook, key=key)
 
     def undo(self) -> int:
-        """Undo every row's patches, newest first (the adapter's uninstall)."""
+        """The only undo (the adapter's uninstall): every row's patches, newest first, and
+        the post-import hooks ``install`` registered. Returns the patch steps undone."""
+        hooks, self._hooks = self._hooks, []
+        for module, key in hooks:
+            forget_import_hook(module, key)
         return self.patches.undo()
 
 
@@ -176,3 +215,14 @@ class _Hook:
 
     def __call__(self, module) -> None:
         self.table.fire(self.row, module)
+
+
+class _Rebind:
+    """A later importer's post-import callback: the rebind of one wrap, again."""
+
+    def __init__(self, table: PatchTable, r: PatchRow, w: Wrap):
+        self.table, self.row, self.wrap = table, r, w
+        self.__qualname__ = f"patch row {r.key} (rebind {w.target})"
+
+    def __call__(self, module) -> None:
+        guarded(self.table._log(), self.row.error_key, self.row.what, self.table.rebind_again, self.wrap)

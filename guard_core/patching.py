@@ -6,9 +6,10 @@
   the original reachable as ``__wrapped__`` (and ``cache_clear`` of
   ``functools.cache`` functions). A method a class inherits is wrapped on that
   class (the base stays untouched) and unwrapping deletes it there again.
-- ``PatchSet``: what one adapter patched, undone in reverse by ``undo()``;
-  ``forget_import_hooks`` removes an adapter's post-import hooks, so that
-  install -> uninstall -> install patches again.
+- ``PatchSet``: what one adapter patched, undone in reverse by ``undo()`` (or
+  back to a ``mark()``: one row's part); ``forget_import_hook`` removes a
+  post-import hook, so that install -> uninstall -> install patches again
+  (``guard_core.patch_table.PatchTable.undo`` does both).
 - ``rebind_everywhere``: replace a function in every module that imported it
   by name.
 - ``guarded``: run our code so that any exception is logged once and the
@@ -24,7 +25,7 @@ from typing import Any, Callable
 
 from .logs import LOGGER_NAME
 
-__all__ = ["PatchSet", "clear_import_hooks", "forget_import_hooks", "guarded", "is_wrapped", "rebind_everywhere",
+__all__ = ["PatchSet", "clear_import_hooks", "forget_import_hook", "guarded", "is_wrapped", "rebind_everywhere",
            "unwrap_attr", "when_imported", "wrap_attr"]
 
 
@@ -149,20 +150,18 @@ def clear_import_hooks() -> None:
         _hooks.clear()
 
 
-def forget_import_hooks(key_prefix: str) -> int:
-    """Forget the post-import hooks whose key starts with ``key_prefix`` (an
-    adapter's uninstall); a later ``when_imported`` with the same key registers
-    and, for an imported module, runs again. Returns how many were removed."""
-    removed = 0
+def forget_import_hook(module_name: str, key: str) -> bool:
+    """Forget the post-import hook ``key`` on ``module_name`` (a patch table's undo); a
+    later ``when_imported`` with the same key registers and, for an imported module,
+    runs again. Returns whether it was registered."""
     with _lock:
-        for module_name in list(_hooks):
-            per_module = _hooks[module_name]
-            for key in [k for k in per_module if k.startswith(key_prefix)]:
-                del per_module[key]
-                removed += 1
-            if not per_module:
-                del _hooks[module_name]
-    return removed
+        per_module = _hooks.get(module_name)
+        if not per_module or key not in per_module:
+            return False
+        del per_module[key]
+        if not per_module:
+            del _hooks[module_name]
+    return True
 
 
 def is_wrapped(obj) -> bool:
@@ -273,11 +272,30 @@ class PatchSet:
         with self._lock:
             self._undo.append(fn)
 
+    def mark(self) -> tuple[int, int]:
+        """Where the undo steps stand now (for ``undo_since``)."""
+        with self._lock:
+            return len(self._undo), len(self._targets)
+
+    def undo_since(self, mark: tuple[int, int]) -> int:
+        """Undo only the steps registered after ``mark``, newest first (a row that failed
+        halfway); the earlier ones stay."""
+        steps_at, targets_at = mark
+        with self._lock:
+            steps = self._undo[steps_at:][::-1]
+            del self._undo[steps_at:]
+            del self._targets[targets_at:]
+        return self._run(steps)
+
     def undo(self) -> int:
         """Run every undo step, newest first; one failing step does not stop the rest."""
         with self._lock:
             steps, self._undo = self._undo[::-1], []
             self._targets = []
+        return self._run(steps)
+
+    @staticmethod
+    def _run(steps) -> int:
         done = 0
         for step in steps:
             try:

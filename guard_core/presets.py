@@ -41,21 +41,6 @@ class ModelFacts:
     def uses_mla(self) -> bool:
         return self.kind == "mla"
 
-    def per_rank(self, tp: int) -> tuple[int, int]:
-        """Query and KV heads per attention-TP rank (KV heads replicate past their count)."""
-        if tp <= 0:
-            raise ModelError(f"--tp must be positive, got {tp}")
-        q, kv = self.num_attention_heads, self.num_key_value_heads
-        if q % tp:
-            raise ModelError(f"{self.name}: {q} query heads are not divisible by tensor parallel size {tp}")
-        if kv >= tp:
-            if kv % tp:
-                raise ModelError(f"{self.name}: {kv} KV heads are not divisible by tensor parallel size {tp}")
-            return q // tp, kv // tp
-        if tp % kv:
-            raise ModelError(f"{self.name}: tensor parallel size {tp} is not a multiple of {kv} KV heads")
-        return q // tp, 1
-
     def model_groups(self):
         """The attention layer groups (guard_core.groups.ModelGroups)."""
         from .groups import single

@@ -7,7 +7,9 @@ model alike:
 * ``CHECKED_LINES``: the vLLM and SGLang release lines the adapters are tested
   inside (tests/vllm, tests/sglang, ci/matrix.sh). Outside them the guards still
   act - their targets are found by feature, never by version string - and say
-  so once per process (``line_note``).
+  so once per process (``line_note``). The one list of lines: ci/matrix.sh and
+  ci/matrix_report.py read it (``python3 -m guard_core.releases --lines``), and
+  tests/core/test_ci_lines.py ties the locks and the default CI runs to it.
 * ``FLASHINFER_RELEASES``: the one table of FlashInfer release knowledge: the
   planner sizing families, the GQA groups the CUDA-core decode kernels are
   compiled for, which callers pass ``uniform_q_len`` to the planner, and the
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 __all__ = ["CHECKED_LINES", "FLASHINFER_CHECKED", "FLASHINFER_MATRIX_CHECKED", "FLASHINFER_RELEASES", "MOE_FIXED_IN",
            "NATIVE_VAR", "announce", "decode_group_sizes", "decode_passes_uniform_q_len", "describe", "families",
-           "family", "flashinfer_extrapolation", "has", "line_label", "line_note", "line_status",
+           "family", "flashinfer_extrapolation", "has", "line_label", "line_note", "line_status", "matrix_lines",
            "unaffected_moe_host", "unchecked_reason", "workspace_guard_needed"]
 
 # --------------------------------------------------------------- framework lines
@@ -40,7 +42,7 @@ CHECKED_LINES = {
 LINE_PARTS = {"vllm": 2, "sglang": 3}
 DISPLAY = {"vllm": "vLLM", "sglang": "SGLang", "flashinfer": "FlashInfer"}
 DISTRIBUTION = {"vllm": "vllm", "sglang": "sglang"}
-# Each server's own workspace-size variable (the one place: frameworks, launch and both adapters read it here).
+# Each server's own workspace-size variable (the one place: server_defaults, launch_command and both adapters read it here).
 NATIVE_VAR = {"vllm": "VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE", "sglang": "SGLANG_FLASHINFER_WORKSPACE_SIZE"}
 
 # ------------------------------------------------------------ FlashInfer releases
@@ -87,10 +89,17 @@ FLASHINFER_RELEASES = (
      "FlashInfer's own tensor-core decode plan passes uniform_q_len=1, fixed_uniform_q_len=True"),
 )
 
-# Who plans decode through FlashInfer's own decode wrapper (so follows the release's
-# uniform_q_len arguments): SGLang's fast_decode_plan is FlashInfer's function; vLLM's
-# fast_plan_decode is its own copy and passes uniform_q_len=0 on every line.
-FOLLOWS_FLASHINFER_DECODE = ("sglang",)
+# Who plans tensor-core decode through FlashInfer's own decode wrapper (so follows the
+# release's uniform_q_len arguments):
+# - SGLang: its fast_decode_plan is FlashInfer's function (imported by name);
+# - vLLM: its fast_plan_decode is no copy of the planner call: eager and the first
+#   (warm-up) call run the wrapper's own ``self.plan(...)``, CUDA-graph plans call
+#   FlashInfer's ``fast_decode_plan`` (imported from flashinfer.decode) -- vLLM 0.23.0
+#   v1/attention/backends/flashinfer.py:17,1903,1932; 0.32.0 :20,2720,2749; 0.33.0
+#   :20,2904,2934. tests/vllm/test_fast_decode_rule.py reads this in each locked wheel.
+# Up to FlashInfer 0.7.2.post1 both pass uniform_q_len 0 for one-token decode
+# (decode.py 0.7.2.post1:5044 ``q_len_per_req if q_len_per_req > 1 else 0``).
+FOLLOWS_FLASHINFER_DECODE = ("sglang", "vllm")
 
 
 def _key(version: str) -> tuple:
@@ -324,3 +333,28 @@ def unchecked_reason(framework: str, framework_version: str | None, flashinfer_v
                 f"({', '.join(CHECKED_LINES[fw])}), not on one")
     return (f"{DISPLAY[fw]} {framework_version} is outside the checked lines "
             f"({CHECKED_LINES[fw][0]}-{CHECKED_LINES[fw][-1]})")
+
+
+def matrix_lines(framework: str | None = None) -> tuple[str, ...]:
+    """Every checked line as ``<framework>-<line>`` (vLLM's first), the names of
+    ci/locks/*.txt and ci/matrix.sh's lines; or one framework's lines alone."""
+    if framework is not None:
+        return tuple(CHECKED_LINES[framework])
+    return tuple(f"{fw}-{line}" for fw in ("vllm", "sglang") for line in CHECKED_LINES[fw])
+
+
+def main(argv=None) -> int:
+    """``python3 -m guard_core.releases --lines [vllm|sglang]``: the checked lines, one
+    space-separated line (what the CI scripts read; no import beyond this module)."""
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] != "--lines" or len(args) > 2 or (len(args) == 2 and args[1] not in CHECKED_LINES):
+        print("usage: python3 -m guard_core.releases --lines [vllm|sglang]", file=sys.stderr)
+        return 2
+    print(" ".join(matrix_lines(args[1] if len(args) == 2 else None)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -129,12 +129,8 @@ def install(log) -> None:
 
 
 def uninstall() -> None:
-    from . import patching
-
+    """Every wrap and post-import hook of the net undone (the table's one undo)."""
     _TABLE.undo()
-    forget = getattr(patching, "forget_import_hooks", None)
-    if callable(forget):
-        forget(HOOK_KEY)
     _state["installed"] = False
 
 

@@ -290,7 +290,7 @@ def vllm_defaults(d: Deployment, line: str, line_source: str) -> Defaults:
 def _vllm_parallel(v: dict, d: Deployment, label: str, given: str) -> None:
     """tp, dp, pp, dcp: given, or the line's default of 1."""
     tp, pp, dp = d.tp or 1, d.pp or 1, d.dp or 1
-    v["tp"] = Derived(tp, "given" if d.tp else f"{label} default", bool(d.tp))
+    v["tp"] = Derived(tp, given if d.tp else f"{label} default", bool(d.tp))
     if d.dp and d.dp > 1:
         v["dp"] = Derived(dp, f"{given}: each DP rank holds all attention heads (attention TP {tp})", True)
     if d.pp and d.pp > 1:

@@ -230,17 +230,12 @@ class Requirement:
     planners: Planners
     notes: tuple[str, ...] = field(default=())
 
-    @property
-    def int_overflow(self) -> bool:
-        return self.int_bytes > INT_WORKSPACE_BYTES
-
-
 def _uniform_for(caller: str, version: str, planners: Planners) -> bool:
     if planners.decode_uniform_q_len is not None:
         return planners.decode_uniform_q_len
     # FlashInfer 0.7.4's own tensor-core decode plan passes uniform_q_len=1 and
-    # fixed_uniform_q_len=True; SGLang calls FlashInfer's function, vLLM its own copy
-    # (the release table in guard_core.releases).
+    # fixed_uniform_q_len=True; SGLang and vLLM both plan through FlashInfer's decode
+    # wrapper (releases.FOLLOWS_FLASHINFER_DECODE).
     return fm.decode_uniform_q_len(caller, version)
 
 

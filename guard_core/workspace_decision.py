@@ -48,7 +48,7 @@ FRAMEWORKS = {
 class WorkspaceFacts:
     """What an adapter read from the live server, framework-free.
 
-    ``layout``/``limits``/``planner_facts`` are guard_core.sizing/dispatch
+    ``layout``/``limits``/``planner_facts`` are guard_core.sizing/planner_choice
     records; ``missing`` names what the adapter could not read (sized for the
     larger need). ``gpu`` None: nothing to size (only a set size applies)."""
 

@@ -45,9 +45,11 @@ affects (x86 with ``auto``): debug lines.
 from __future__ import annotations
 
 import platform
+from dataclasses import dataclass, field
 
+from guard_core.lifecycle import AdapterState
 from guard_core.patch_table import PatchTable, Wrap
-from guard_core.patching import PatchSet, guarded
+from guard_core.patching import guarded
 
 from ._log import announce_line, log
 
@@ -63,8 +65,16 @@ MOE_UTILS = "sglang.srt.layers.moe.utils"
 AUTOTUNE = "sglang.srt.model_executor.runner.flashinfer_autotune"
 HOOK_KEY = "sglang_guard.moe."
 
-_decision: list = []
-_patches = PatchSet()
+
+
+@dataclass
+class _State(AdapterState):
+    """What the MoE guard remembers in this process (reset by ``uninstall``)."""
+
+    outcomes: dict = field(default_factory=dict)  # (op, SM, can skip autotune) -> MoeOutcome
+
+
+_state = _State()
 
 
 def _gpu_sm():
@@ -95,12 +105,9 @@ def decision(op=None, gpu="live", can_skip_autotune=None):
 
     sm = _gpu_sm() if gpu == "live" else gpu
     key = (op, sm, can_skip_autotune)
-    for k, o in _decision:
-        if k == key:
-            return o
-    o = decide(facts(op, sm, can_skip_autotune), get_settings())
-    _decision.append((key, o))
-    return o
+    if key not in _state.outcomes:
+        _state.outcomes[key] = decide(facts(op, sm, can_skip_autotune), get_settings())
+    return _state.outcomes[key]
 
 
 def _op(field, quantization):
@@ -119,7 +126,7 @@ def install() -> None:
 def uninstall() -> None:
     """Undo every patch and resolution hook; ``install`` patches again afterwards."""
     _TABLE.undo()
-    _decision.clear()
+    _state.reset()
 
 
 def _fallback(backend: str, quantization) -> str:
@@ -308,7 +315,7 @@ def _register_resolution_hooks(module) -> None:
             if lst and fn in lst:
                 lst.remove(fn)
 
-        _patches.on_undo(remove)
+        _TABLE.patches.on_undo(remove)
 
 
 def _make_step(before: bool):
@@ -469,7 +476,7 @@ def _skip_asked(module) -> bool:
     return decision("bf16", gpu=None, can_skip_autotune=True).action == "skip_autotune"
 
 
-_TABLE = PatchTable(log, _patches)
+_TABLE = PatchTable(log)
 on_server_args_module = _TABLE.row(
     SERVER_ARGS, HOOK_KEY + "server_args", "MoE guard", error_key="moe.patch", before=announce_line,
     when=_server_args_resolve_here, missing=_missing,

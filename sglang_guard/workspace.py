@@ -31,8 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from guard_core.lifecycle import AdapterState
 from guard_core.patch_table import PatchTable, Wrap
-from guard_core.patching import PatchSet
 from guard_core.releases import NATIVE_VAR as _NATIVE_VARS
 from guard_core.units import nbytes
 from guard_core.workspace_decision import is_out_of_memory
@@ -44,11 +44,6 @@ BACKEND_MODULE = "sglang.srt.layers.attention.flashinfer_backend"
 MODEL_RUNNER = "sglang.srt.model_executor.model_runner"
 HOOK_KEY = "sglang_guard.workspace"  # the rows' post-import hook keys (the plugin's HOOK_PREFIX)
 _SKIP_CLASSES = ("TRTLLMHAAttnBackend",)
-_patches = PatchSet()  # FlashInferAttnBackend.__init__ and ModelRunner.load_model, undone by uninstall()
-_user_size: list = []  # [int|None] once known: the user's export at process start
-_reported: list = []  # a workspace line was logged in this process
-_early_said: list = []  # the pre-check warned in this process
-_records: list = []  # every backend's WorkspaceRecord in this process (decisions())
 
 
 @dataclass
@@ -66,23 +61,40 @@ class WorkspaceRecord:
     assessed: dict = field(default_factory=dict)  # fixed split: server bytes -> assessment
 
 
+@dataclass
+class _State(AdapterState):
+    """What the workspace guard remembers in this process (reset by ``uninstall``, but
+    the user's export, read once before SGLang's own ``.set()``s)."""
+
+    KEEP = ("user_size_known", "user_size")
+    user_size_known: bool = False
+    user_size: int | None = None  # the user's SGLANG_FLASHINFER_WORKSPACE_SIZE at process start
+    reported: bool = False  # a workspace line was logged
+    early_said: str | None = None  # the pre-check's warning, when it warned
+    records: list = field(default_factory=list)  # every backend's WorkspaceRecord (decisions())
+
+
+_state = _State()
+
+
 def decisions() -> tuple:
     """The ``WorkspaceRecord`` of every backend the guard sized in this process, oldest
     first: ``facts`` (what was read), ``need`` (guard_core's), ``server_bytes`` (the
     sizes SGLang asked with) and ``outcome`` (the decision applied). The early
     deterministic check is not a backend and is not recorded."""
-    return tuple(_records)
+    return tuple(_state.records)
 
 
 def remember_user_size(environ) -> None:
     """Record the user's SGLANG_FLASHINFER_WORKSPACE_SIZE before SGLang's own .set()s."""
-    if _user_size:
+    if _state.user_size_known:
         return
     raw = environ.get(NATIVE_VAR)
     try:
-        _user_size.append(int(raw) if raw is not None else None)
+        _state.user_size = int(raw) if raw is not None else None
     except ValueError:
-        _user_size.append(None)
+        _state.user_size = None
+    _state.user_size_known = True
 
 
 # ---------------------------------------------------------------- gathering facts
@@ -116,7 +128,7 @@ def _decide(rec: WorkspaceRecord, server_bytes: int):
 
     server_bytes = int(server_bytes)
     rec.server_bytes.append(server_bytes)
-    user = _user_size[0] if _user_size else None
+    user = _state.user_size
     user = user if (user is not None and user == server_bytes) else None
     settings = get_settings()
     if rec.fixed_split and _requirement(rec) is not None:
@@ -243,11 +255,11 @@ def _report(rec: WorkspaceRecord, backend) -> None:
         log().warning_once("workspace.short", f"workspace: SGLang allocated {have} bytes, below the decided "
                            f"{dec.allocate_bytes}; the guard could not apply its size here")
         return
-    if rec.from_cache and _reported:  # another backend of this process reusing the buffer we sized
+    if rec.from_cache and _state.reported:  # another backend of this process reusing the buffer we sized
         log().debug(f"workspace: reusing this process's buffer; {dec.text}", key="workspace.reuse")
         return
-    _reported.append(True)
-    if dec.action == "limit" and _early_said and dec.text.startswith(_early_said[-1]):
+    _state.reported = True
+    if dec.action == "limit" and _state.early_said and dec.text.startswith(_state.early_said):
         # said once already, before the weights loaded: only what was applied, at info
         from dataclasses import replace
 
@@ -269,7 +281,7 @@ def _make_init(orig, module):
         rec = guarded(log(), "workspace.size", "workspace sizing", _gather, module, model_runner)
         if rec is None:
             return orig(self, model_runner, *args, **kwargs)
-        _records.append(rec)
+        _state.records.append(rec)
         return _Apply(module, rec).run(orig, self, (model_runner, *args), kwargs)
 
     return __init__
@@ -320,7 +332,7 @@ def early_fixed_split_check(runner):
     a = workspace_decision.assess_fixed_split(rec.facts, rec.need, server_bytes=SGLANG_FORCED_BYTES,
                                               settings=settings, gpu_memory=memory)
     if not a.affordable:
-        _early_said.append(a.text)
+        _state.early_said = a.text
         log().warning_once("workspace.fixed_split.early", f"workspace: before loading weights: {a.text}")
     return a
 
@@ -360,7 +372,7 @@ def get_settings_workspace() -> str:
     return get_settings().workspace
 
 
-_TABLE = PatchTable(log, _patches)
+_TABLE = PatchTable(log)
 on_backend_module = _TABLE.row(
     BACKEND_MODULE, HOOK_KEY, "workspace guard", _install_safety_net, error_key="workspace.patch",
     wraps=(Wrap("FlashInferAttnBackend.__init__", _make_init, feature=_has_size_field),),
@@ -383,6 +395,7 @@ def uninstall() -> None:
 
     _TABLE.undo()
     safety_net.uninstall()
+    _state.reset()
 
 
 def unpatch(module) -> bool:
@@ -392,10 +405,3 @@ def unpatch(module) -> bool:
 
     return unwrap_attr(module.FlashInferAttnBackend, "__init__")
 
-
-def unpatch_runner(module) -> bool:
-    """Take the wrapper off ``module.ModelRunner.load_model``."""
-    from guard_core.patching import unwrap_attr
-
-    cls = getattr(module, "ModelRunner", None)
-    return bool(cls is not None and unwrap_attr(cls, "load_model"))

@@ -46,15 +46,18 @@ line too.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+from guard_core.lifecycle import AdapterState
 from guard_core.patch_table import PatchTable, Wrap
-from guard_core.patching import PatchSet, guarded, is_wrapped, rebind_everywhere
+from guard_core.patching import guarded
 
 from ._log import get_log
 
 UTILS = "vllm.utils.flashinfer"
 TARGET = "has_flashinfer_trtllm_fused_moe"
-# Modules that import TARGET by name (vLLM 0.19 .. 0.33). Others are found by
-# the sys.modules scan done whenever one of these is imported.
+# Modules that import TARGET by name (vLLM 0.19 .. 0.33): the wrap's ``importers``, whose
+# later import rescans sys.modules for holders of the original (Wrap.rebind, one mechanism).
 IMPORTERS = (
     "vllm.model_executor.layers.fused_moe.experts.trtllm_bf16_moe",
     "vllm.model_executor.layers.fused_moe.experts.trtllm_fp8_moe",
@@ -91,9 +94,16 @@ BF16_CLASSES = ("TrtLlmBf16Experts", "TrtLlmBf16ExpertsBase", "TrtLlmBf16Experts
 MXFP4_CLASSES = ("TrtLlmMxfp4ExpertsBase", "TrtLlmMxfp4ExpertsMonolithic", "TrtLlmMxfp4ExpertsModular")
 GATE = "_supports_current_device"
 
-_outcomes: dict = {}  # (op, SM) -> MoeOutcome, once the GPU is known
-_patches = PatchSet()
-_rebinds: dict[str, object] = {}  # "old": the original, "new": its wrapper, for later imports
+
+
+@dataclass
+class _State(AdapterState):
+    """What the MoE guard remembers in this process (reset by ``uninstall``)."""
+
+    outcomes: dict = field(default_factory=dict)  # (op, SM) -> MoeOutcome, once the GPU is known
+
+
+_state = _State()
 
 
 # --- facts ------------------------------------------------------------------
@@ -148,11 +158,11 @@ def decision(op: str | None = None, gpu="live"):
 
     sm = _gpu_sm() if gpu == "live" else gpu
     key = (op, sm)
-    if key in _outcomes:
-        return _outcomes[key]
+    if key in _state.outcomes:
+        return _state.outcomes[key]
     o = decide(facts(op, sm), get_settings())
     if sm is not None or gpu is None:
-        _outcomes[key] = o
+        _state.outcomes[key] = o
     return o
 
 
@@ -234,8 +244,7 @@ def install(settings) -> None:
 def uninstall() -> None:
     """Undo every patch (the rebinds included); ``install`` patches again afterwards."""
     _TABLE.undo()
-    _rebinds.clear()
-    _outcomes.clear()
+    _state.reset()
 
 
 def _announce() -> None:
@@ -280,15 +289,11 @@ def _make_has_trtllm(orig, module):
     return has_flashinfer_trtllm_fused_moe
 
 
-def _remember_rebind(module) -> None:
-    """The wrapper and its original, for modules that import TARGET later; caches that
-    remembered the old answer cleared (now, and on undo)."""
-    wrapper = getattr(module, TARGET, None)
-    if not is_wrapped(wrapper):
-        return
-    _rebinds["old"], _rebinds["new"] = wrapper.__wrapped__, wrapper
+def _clear_caches_now_and_on_undo(module) -> None:
+    """After the wrap and its rebinds: caches that remembered the old answer are cleared
+    (now, and on undo). A module imported later defines its caches afresh."""
     _clear_dependent_caches()
-    _patches.on_undo(_clear_dependent_caches)
+    _TABLE.patches.on_undo(_clear_dependent_caches)
 
 
 def _clear_dependent_caches() -> None:
@@ -305,18 +310,6 @@ def _clear_dependent_caches() -> None:
                     clear()
                 except Exception:
                     pass
-
-
-def _rebind_importer(mod) -> None:
-    old, new = _rebinds.get("old"), _rebinds.get("new")
-    if old is None:
-        return
-    # this module, and any other that picked the original up meanwhile
-    rebind_everywhere(old, new, prefix="vllm")
-    for fn_name in DEPENDENT_CACHES:
-        clear = getattr(getattr(mod, fn_name, None), "cache_clear", None)
-        if callable(clear):
-            clear()
 
 
 # --- the experts' _supports_current_device gates (BF16, MXFP4; vLLM 0.19's BF16 module gate) ---
@@ -489,7 +482,7 @@ def _hide_mxfp4_routes(module) -> None:
         if isinstance(getattr(module, "envs", None), _EnvsView):
             module.envs = module.envs._real
 
-    _patches.on_undo(restore)
+    _TABLE.patches.on_undo(restore)
 
 
 # --- explicit --moe-backend flashinfer_trtllm --------------------------------
@@ -546,13 +539,11 @@ def _when(op=None, test=lambda o: o.block):
     return lambda module: test(potential(op))
 
 
-_UTILS_WRAP = Wrap(TARGET, _make_has_trtllm, feature=_callable(TARGET), rebind=("vllm",))
+_UTILS_WRAP = Wrap(TARGET, _make_has_trtllm, feature=_callable(TARGET), rebind=("vllm",), importers=IMPORTERS)
 
-_TABLE = PatchTable(get_log, _patches)
-_TABLE.row(UTILS, "vllm_guard.moe.utils", "moe guard", _remember_rebind, before=_announce,
+_TABLE = PatchTable(get_log)
+_TABLE.row(UTILS, "vllm_guard.moe.utils", "moe guard", _clear_caches_now_and_on_undo, before=_announce,
            wraps=(_UTILS_WRAP,), when=_utils_needed, missing=_not_applicable)
-for _name in IMPORTERS:
-    _TABLE.row(_name, "vllm_guard.moe.importer", "moe guard", _rebind_importer)
 _TABLE.row(MXFP4, "vllm_guard.moe.mxfp4", "moe guard (MXFP4)",
            when=_when("mxfp4", lambda o: o.action in ("block", "warn", "on")),
            wraps=_gate_wraps(MXFP4_CLASSES, _MXFP4_WRAP), one_of=True,

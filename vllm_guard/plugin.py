@@ -95,11 +95,9 @@ def uninstall() -> None:
 
 
 def _teardown() -> None:
-    from guard_core.patching import forget_import_hooks
-
+    """Each guard's patch table undoes its patches and forgets its post-import hooks."""
     from . import _log, moe, workspace
 
-    forget_import_hooks(HOOK_PREFIX)
     moe.uninstall()
     workspace.uninstall()
     _log.reset_log()

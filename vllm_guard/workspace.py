@@ -18,7 +18,7 @@ source raised; where vLLM's own size is enough it is left alone.
 from __future__ import annotations
 
 from guard_core.patch_table import PatchTable, Wrap
-from guard_core.patching import guarded, when_imported
+from guard_core.patching import guarded
 from guard_core.units import nbytes
 from guard_core.workspace_decision import is_out_of_memory
 
@@ -34,7 +34,7 @@ BUILDER = "FlashInferMetadataBuilder"
 def install(settings) -> None:
     if settings.workspace == "off":
         # one line, when vLLM's FlashInfer backend is actually used
-        when_imported(BACKEND, _on_backend_off, key="vllm_guard.workspace.off")
+        _OFF_TABLE.install()
         return
     _TABLE.install()
     # whatever the model might still miss: an overflowing plan() gets a buffer that fits
@@ -47,6 +47,7 @@ def uninstall() -> None:
     from guard_core import safety_net
 
     _TABLE.undo()
+    _OFF_TABLE.undo()
     safety_net.uninstall()
 
 
@@ -101,6 +102,9 @@ _TABLE.row(BACKEND, "vllm_guard.workspace", "workspace guard", error_key="worksp
     Wrap(f"{BUILDER}.set_workspace_buffer", _make_set, feature=_callable("set_workspace_buffer"),
          required=False),
 ))
+# FLASHINFER_GUARD_WORKSPACE=off: nothing patched, one line when the backend is imported
+_OFF_TABLE = PatchTable(get_log)
+_OFF_TABLE.row(BACKEND, "vllm_guard.workspace.off", "workspace guard", _on_backend_off, error_key="workspace")
 
 
 # --- the one apply ------------------------------------------------------------

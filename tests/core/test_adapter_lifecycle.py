@@ -230,3 +230,57 @@ def test_out_of_range_line_said_once(env, caplog, monkeypatch, adapter):
     want = {"vllm": "vLLM 0.34.0 is newer than the last line checked (0.33.0); acting by feature",
             "sglang": "SGLang 0.5.24 is newer than the last line checked (0.5.23); acting by feature"}[adapter]
     assert notes == [f"[flashinfer-guard] support: {want}"]
+
+
+def test_vllm_uninstall_forgets_the_moe_decision(env, caplog):
+    """The guard's memory (the MoE outcomes) is one state object that uninstall resets:
+    the same process re-registered under other settings decides again."""
+    env(machine="aarch64", FLASHINFER_GUARD_MOE="on")
+    utils, _user = _fake_vllm()
+    import vllm_guard.plugin as vp
+
+    vp.register()
+    assert utils.has_flashinfer_trtllm_fused_moe() is False  # blocked under on
+    vp.uninstall()
+    env(machine="aarch64", FLASHINFER_GUARD_MOE="off")
+    with caplog.at_level(logging.INFO):
+        vp.register()
+        assert utils.has_flashinfer_trtllm_fused_moe() is True  # off: vLLM's own answer, decided anew
+    assert not [m for _, m in _guard_records(caplog) if "moe" in m and "reported unavailable" in m]
+
+
+def test_sglang_uninstall_forgets_the_moe_decision(env):
+    env(machine="aarch64", FLASHINFER_GUARD_MOE="on")
+    mu = _fake_sglang_moe_utils()
+    sa = types.SimpleNamespace(moe_runner_backend="flashinfer_trtllm", speculative_moe_runner_backend=None,
+                               quantization="fp8")
+    import sglang_guard.plugin as sp
+
+    assert sp.register() is True
+    mu.initialize_moe_config(sa)
+    assert mu.MOE_RUNNER_BACKEND.value == "triton"
+    sp.uninstall()
+    env(machine="aarch64", FLASHINFER_GUARD_MOE="off")
+    assert sp.register() is True
+    mu.initialize_moe_config(sa)
+    assert mu.MOE_RUNNER_BACKEND.value == "flashinfer_trtllm"  # off: decided anew, SGLang's own backend
+
+
+def test_adapter_state_reset_restores_defaults_and_keeps_process_facts():
+    from dataclasses import dataclass, field
+
+    from guard_core.lifecycle import AdapterState
+
+    @dataclass
+    class State(AdapterState):
+        KEEP = ("read_once",)
+        read_once: int | None = None
+        said: bool = False
+        records: list = field(default_factory=list)
+
+    s = State()
+    s.read_once, s.said = 7, True
+    s.records.append("r")
+    kept = s.records
+    s.reset()
+    assert (s.read_once, s.said, s.records) == (7, False, []) and s.records is not kept

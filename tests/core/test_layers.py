@@ -41,7 +41,7 @@ def _imports(path: Path, name: str, known: set[str]) -> set[str]:
                 mod = node.module or ""
             if mod in known:
                 out.add(mod)
-            # ``from . import flashinfer_model`` / ``from guard_core import support``
+            # ``from . import flashinfer_model`` / ``from guard_core import releases``
             for a in node.names:
                 sub = f"{mod}.{a.name}"
                 if sub in known:
@@ -116,8 +116,6 @@ PRODUCT = ("guard_core", "vllm_guard", "sglang_guard")
 PLANNER_MIRRORS = {
     "guard_core/flashinfer_model.py::prefill_plan",  # PrefillPlan + PrefillSplitQOKVIndptr
 }
-# (the adapter functions that were over 80 lines were split in the issue-18 refactor)
-ADAPTERS_BEING_SPLIT: set = set()
 
 
 def function_lengths() -> dict[str, int]:
@@ -143,7 +141,7 @@ def function_lengths() -> dict[str, int]:
 
 def test_no_function_over_80_lines():
     lengths = function_lengths()
-    allowed = PLANNER_MIRRORS | ADAPTERS_BEING_SPLIT
+    allowed = PLANNER_MIRRORS
     long = {k: n for k, n in lengths.items() if n > MAX_FUNCTION_LINES and k not in allowed}
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
 
@@ -151,7 +149,7 @@ def test_no_function_over_80_lines():
 def test_allowlist_names_real_functions():
     """An allowlist entry that no longer exists (renamed, or split below the limit) is removed."""
     lengths = function_lengths()
-    for name in PLANNER_MIRRORS | ADAPTERS_BEING_SPLIT:
+    for name in PLANNER_MIRRORS:
         assert name in lengths, f"{name} is allowlisted but not found"
 
 

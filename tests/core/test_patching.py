@@ -178,7 +178,9 @@ def test_forgotten_hooks_register_and_run_again(pkg):
     patching.when_imported("fg_demo.other", lambda m: seen.append(2), key="adapter.b")
     patching.when_imported("fg_demo.target", lambda m: seen.append(3), key="else.c")
     assert seen == [1, 3]
-    assert patching.forget_import_hooks("adapter.") == 2
+    assert patching.forget_import_hook("fg_demo.target", "adapter.a")
+    assert patching.forget_import_hook("fg_demo.other", "adapter.b")
+    assert not patching.forget_import_hook("fg_demo.other", "adapter.b")  # gone already
     patching.when_imported("fg_demo.target", lambda m: seen.append(1), key="adapter.a")  # registers anew, runs now
     patching.when_imported("fg_demo.target", lambda m: seen.append(3), key="else.c")  # still registered: no-op
     assert seen == [1, 3, 1]

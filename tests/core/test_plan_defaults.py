@@ -215,3 +215,13 @@ def test_cli_subprocess_launch_command():
     d = json.loads(r.stdout)
     assert d["layout"]["tp"] == 2 and d["layout"]["num_qo_heads"] == 32 and d["limits"]["max_num_seqs"] == 64
     assert d["defaults"]["values"]["max_num_seqs"]["source"] == "in the command"
+    assert d["defaults"]["values"]["tp"]["source"] == "in the command"  # was labelled "given" (issue 30)
+
+
+def test_tp_source_says_where_it_came_from_on_both_servers():
+    """A TP size read from the launch command is "in the command"; from --tp, "given"."""
+    for fw in ("vllm", "sglang"):
+        spec = find_spec("h200")
+        for source, want in (("command", "in the command"), ("flag", "given")):
+            d = derive(Deployment(framework=fw, gpu_key=spec.key, cc=spec.cc, gpu_name=spec.name, tp=2, source=source))
+            assert (d.values["tp"].value, d.values["tp"].source) == (2, want), (fw, source)

@@ -126,7 +126,10 @@ def test_decode_groups(version, groups):
 def test_uniform_q_len_callers():
     assert fm.decode_uniform_q_len("sglang", "0.7.4") is True
     assert fm.decode_uniform_q_len("sglang", "0.7.2.post1") is False
-    assert fm.decode_uniform_q_len("vllm", "0.7.4") is False  # vLLM's own fast_plan_decode
+    # vLLM's fast_plan_decode calls the wrapper's plan / FlashInfer's fast_decode_plan
+    # (vLLM 0.33.0 v1/attention/backends/flashinfer.py:2904,2934): it follows the release
+    assert fm.decode_uniform_q_len("vllm", "0.7.4") is True
+    assert fm.decode_uniform_q_len("vllm", "0.7.2.post1") is False
 
 
 def test_every_feature_flag_is_a_table_row():

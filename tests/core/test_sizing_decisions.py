@@ -33,12 +33,16 @@ def test_sglang_seed_numbers():
     assert compute_requirement(QWEN3VL, DECODE512, lookup_gpu("h200"), "0.7.2", caller="sglang").float_bytes == 50658816
 
 
-def test_074_fixed_uniform_decode_plans_no_float_for_sglang():
+def test_074_fixed_uniform_decode_plans_no_float_for_either_server():
+    """Both servers plan graph decode through FlashInfer's fast_decode_plan (vLLM 0.33.0
+    v1/attention/backends/flashinfer.py:2934), which passes uniform_q_len=1 from 0.7.4."""
+    for caller in ("sglang", "vllm"):
+        req = compute_requirement(QWEN35, ServingLimits(capture_sizes=(512,), eager=False), lookup_gpu("b200"),
+                                  "0.7.4", caller=caller)
+        assert req.float_bytes == 0 and not req.dominant.plan.split_kv, caller
+    # before 0.7.4 the one-token decode passes uniform_q_len 0: scratch is planned
     req = compute_requirement(QWEN35, ServingLimits(capture_sizes=(512,), eager=False), lookup_gpu("b200"),
-                              "0.7.4", caller="sglang")
-    assert req.float_bytes == 0 and not req.dominant.plan.split_kv
-    # vLLM's own fast_plan_decode passes uniform_q_len 0: scratch is still planned
-    req = compute_requirement(QWEN35, ServingLimits(capture_sizes=(512,), eager=False), lookup_gpu("b200"), "0.7.4")
+                              "0.7.2.post1")
     assert req.float_bytes == 33652608
 
 

@@ -10,7 +10,9 @@ seqs, max batched tokens, the CUDA-graph capture sizes and ceiling, the
 FlashInfer workspace it would allocate and the decode-graph limit of its
 FlashInfer builder. The same inputs go through ``guard_core.server_defaults.derive``
 (the table ``plan`` uses) and must give the same numbers, so the table cannot
-drift from the code silently. One case also runs the whole ``plan -- vllm
+drift from the code silently; the adapter's live reading of vLLM's buffer rule
+(``vllm_guard.workspace_facts.server_bytes`` on the same builder) must give vLLM's
+own allocation too. One case also runs the whole ``plan -- vllm
 serve DIR ...`` path.
 """
 
@@ -98,6 +100,9 @@ def one(case):
                     for i in range(2)]
           b = FlashInferMetadataBuilder(spec, [l.layer_name for l in layers], vc, torch.device("cpu"))
           out["workspace"] = int(b._get_workspace_buffer().numel())
+          # the adapter's live reading of the same rule (vllm_guard.workspace_facts.server_bytes)
+          from vllm_guard import workspace_facts
+          out["adapter_workspace"] = workspace_facts.server_bytes(b, m)[0]
           out["decode_graph_max"] = getattr(b, "_decode_cudagraph_max_bs", None)
   except Exception as exc:
       import traceback
@@ -216,6 +221,10 @@ def test_plan_defaults_equal_vllm(gpu, args):
     assert "builder_error" not in real, real["builder_error"]
     if "_model" not in args:  # the probe's builder has SHAPE's heads (vLLM 0.26+ sizes by them)
         assert ours["workspace"] == real["workspace"]
+    # vLLM's buffer rule is written twice (issue 30): plan's offline copy
+    # (server_defaults.vllm_default_workspace) and the adapter's live reading
+    # (vllm_guard.workspace_facts.server_bytes); both equal what vLLM allocates
+    assert real["adapter_workspace"] == real["workspace"]
     assert ours["decode_graph_max"] == real["decode_graph_max"]
 
 
