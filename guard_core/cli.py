@@ -566,6 +566,9 @@ def main(argv=None) -> int:
                 out.write(_strict_json(result) + "\n")
             else:
                 print_plan(result, args.all, out=out)
+        elif launch_cmd is not None:  # doctor/presets read no launch command: refuse it, never ignore it
+            raise UsageError(f"{args.cmd} takes no launch command after --: it inspects this environment; "
+                             f"for `{' '.join(launch_cmd)[:60]}` run `flashinfer-guard plan -- <command>`")
         elif args.cmd == "doctor":
             code = run_doctor(out=out, model=args.model, tp=args.tp)
         elif args.cmd == "presets":
