@@ -106,3 +106,17 @@ def test_doctor_refuses_a_launch_command_it_cannot_use(cmd, capsys):
     rc = cli.main(cmd + ["--", "vllm", "serve", "M"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "plan -- <command>" in err, (rc, err)
+
+
+@pytest.mark.parametrize("model", ["/nonexistent/config.json", "", "/dev/zero", "TP3"])
+def test_doctor_refuses_a_model_it_cannot_use(model, capsys):
+    """Before: `doctor --model /nonexistent` (or an empty name, a device, heads that do not split at
+    --tp) printed the report with the error inside one of its lines, exit 0."""
+    import os
+    args = ["doctor", "--model", model]
+    if model == "TP3":  # 64 query heads do not split over 3 ranks (both servers refuse it)
+        args = ["doctor", "--tp", "3", "--model", os.path.join(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__))), "data", "model_configs", "MiMo-V2-Flash.json")]
+    rc = cli.main(args)
+    cap = capsys.readouterr()
+    assert rc == 2 and not cap.out and len(cap.err.strip().splitlines()) == 1, (rc, cap.out[-200:], cap.err)
