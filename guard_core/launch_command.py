@@ -276,7 +276,7 @@ def _env_options(rest: list[str], env: dict, ops: list) -> tuple[int, list[str]]
             act("i", None)
             i += 1
             continue
-        if not tok.startswith("-") or front:
+        if not tok.startswith("-"):
             break
         if tok.startswith("--"):
             name, eq, val = tok.partition("=")
