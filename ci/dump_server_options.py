@@ -73,7 +73,7 @@ def _type_name(action) -> str | None:
 
 def _choices(action) -> list | None:
     if action.choices and action.type in (None, str) and all(isinstance(c, str) for c in action.choices):
-        return list(action.choices)
+        return sorted(action.choices)  # some are built from sets: their order varies between runs
     return None
 
 
