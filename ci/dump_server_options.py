@@ -54,6 +54,29 @@ def _kind(action) -> str:
     return "store" if action.nargs != 0 else "store_true"
 
 
+def _type_name(action) -> str | None:
+    """The value type the built-in reader applies as the parser does (issue 29: a value the server's
+    parser refuses is refused by both): int, float, vLLM's human-readable ints and optional_type."""
+    t = action.type
+    if t is int or t is float:
+        return t.__name__
+    name = getattr(t, "__name__", "")
+    if name in ("human_readable_int", "human_readable_int_or_auto"):
+        return name
+    if name == "_optional_type":  # vllm/engine/arg_utils.py optional_type(return_type)
+        inner = [c.cell_contents for c in (getattr(t, "__closure__", None) or ())]
+        for base in (int, float):
+            if base in inner:
+                return "optional_" + base.__name__
+    return None
+
+
+def _choices(action) -> list | None:
+    if action.choices and action.type in (None, str) and all(isinstance(c, str) for c in action.choices):
+        return sorted(action.choices)  # some are built from sets: their order varies between runs
+    return None
+
+
 def table(parser) -> dict:
     # every string the parser matches (and abbreviates) for an action: its option_strings plus the
     # hidden ones it registers, e.g. vLLM 0.33's EnableDisableAction keeps --no-enable-x out of
@@ -69,6 +92,10 @@ def table(parser) -> dict:
         options = list(a.option_strings) + sorted(o for o in registered.get(id(a), []) if o not in a.option_strings)
         entry = {"options": options, "dest": a.dest, "nargs": nargs, "kind": _kind(a),
                  "const": a.const if isinstance(a.const, (bool, int, str, type(None))) else None}
+        if entry["kind"] in ("store", "append") and _type_name(a):
+            entry["type"] = _type_name(a)
+        if entry["kind"] in ("store", "append") and _choices(a):
+            entry["choices"] = _choices(a)
         if entry["kind"] == "boolean_optional":
             neg = getattr(a, "negative_option_strings", None)
             entry["negative"] = sorted(neg) if neg else sorted(o for o in options if o.startswith("--no-"))

@@ -335,6 +335,18 @@ def _doctor_model(path: str, tp: int, w) -> None:
           + f" ({'agrees with' if same else 'DIFFERS from'} the built-in reader; plan uses the server's)\n")
 
 
+def _doctor_model_usable(path: str, tp: int) -> None:
+    """``doctor --model``: a model it cannot read (no such file, not a config, heads that do not
+    split at ``--tp``, an empty name) is refused in one line, exit 2, like ``plan --model``;
+    never a report that carries the error in one of its lines with exit 0 (issue 29)."""
+    from .groups import GroupsError
+
+    try:
+        load_model(path).model_groups().per_rank(tp)
+    except (ModelError, GroupsError) as exc:
+        raise UsageError(f"doctor --model: {exc}") from None
+
+
 def run_doctor(out=sys.stdout, model: str | None = None, tp: int = 1) -> int:
     from importlib import metadata
     import os
@@ -542,7 +554,12 @@ def main(argv=None) -> int:
                 out.write(_strict_json(result) + "\n")
             else:
                 print_plan(result, args.all, out=out)
+        elif launch_cmd is not None:  # doctor/presets read no launch command: refuse it, never ignore it
+            raise UsageError(f"{args.cmd} takes no launch command after --: it inspects this environment; "
+                             f"for `{' '.join(launch_cmd)[:60]}` run `flashinfer-guard plan -- <command>`")
         elif args.cmd == "doctor":
+            if args.model is not None:
+                _doctor_model_usable(args.model, args.tp)
             code = run_doctor(out=out, model=args.model, tp=args.tp)
         elif args.cmd == "presets":
             code = run_presets(args.json, out=out)

@@ -67,9 +67,21 @@ def exact_refusal(framework: str, framework_version: str | None, flashinfer_vers
     """Why ``exact`` must act as ``auto`` here (outside the FlashInfer releases the
     planner model was checked against, or the framework lines checked: the
     declarations in guard_core.releases), or None where it may shrink."""
-    from .releases import unchecked_reason
+    from .releases import DISPLAY, unchecked_reason
 
-    return unchecked_reason(framework, framework_version, flashinfer_version)
+    why = unchecked_reason(framework, framework_version, flashinfer_version)
+    fw = {v.lower(): k for k, v in DISPLAY.items()}.get(str(framework).lower(), str(framework).lower())
+    if why is None and fw == "vllm":
+        # each checked vLLM line was checked with the FlashInfer its wheel pins (Requires-Dist
+        # flashinfer-python==: 0.23.0 -> 0.6.12, 0.32.0 -> 0.7.0.post1, 0.33.0 -> 0.7.2.post1):
+        # another checked FlashInfer under that line is a pair nobody checked (issue 29)
+        from .server_defaults import pinned_flashinfer
+
+        pin = pinned_flashinfer("vllm", str(framework_version))
+        if parse_version(str(flashinfer_version)) != parse_version(pin):
+            why = (f"FlashInfer {flashinfer_version} under vLLM {framework_version} is not a checked pair "
+                   f"(vLLM {framework_version} pins FlashInfer {pin})")
+    return why
 
 
 def _with_notes(dec: WorkspaceDecision, requirement: Requirement | None) -> WorkspaceDecision:

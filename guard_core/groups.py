@@ -377,17 +377,23 @@ def _layer_group(k: str, raw, name: str, model_type: str, heads: int, kv: int, h
         # MiMo-V2-Flash's SWA layers: their own heads and head dims, sink bias
         # (vllm models/mimo_v2_flash.py: swa_num_attention_heads, swa_num_key_value_heads,
         # swa_head_dim, swa_v_head_dim, add_swa_attention_sink_bias)
-        q = raw("swa_num_attention_heads") or heads
-        kvh = raw("swa_num_key_value_heads") or kv
-        dqk = raw("swa_head_dim") or hd
-        dvo = raw("swa_v_head_dim") or vdim
+        # validated as the main fields are (integers in range: a fractional head count or a
+        # 10**9 head dim is refused, never truncated or sized; issue 29)
+        q = _int(raw("swa_num_attention_heads") or heads, "swa_num_attention_heads", name, hi=4096)
+        kvh = _int(raw("swa_num_key_value_heads") or kv, "swa_num_key_value_heads", name, hi=4096)
+        dqk = _int(raw("swa_head_dim") or hd, "swa_head_dim", name, hi=2048)
+        dvo = _int(raw("swa_v_head_dim") or vdim, "swa_v_head_dim", name, hi=2048)
         win = raw("sliding_window_size", "sliding_window") or window
+        win = _int(win, "sliding_window_size", name, hi=1 << 27) if win is not None else None
         snk = bool(raw("add_swa_attention_sink_bias"))
+        if q % kvh:
+            raise GroupsError(f"{name}: {q} SWA query heads are not a multiple of {kvh} SWA KV heads")
     if model_type == "mimo_v2_flash" and k == "full":
         snk = bool(raw("add_full_attention_sink_bias"))
     if k == "chunked":
         win = raw("attention_chunk_size")
-    return AttentionGroup(k, int(q), int(kvh), int(dqk), int(dvo), 1, win, snk)
+        win = _int(win, "attention_chunk_size", name, hi=1 << 27) if win is not None else None
+    return AttentionGroup(k, q, kvh, dqk, dvo, 1, win, snk)
 
 
 def _layer_kinds(text, cfg, raw, model_type, layers, window, name) -> list[str]:

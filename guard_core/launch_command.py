@@ -134,8 +134,6 @@ _SGLANG_MODULES = ("sglang.launch_server",)
 # ------------------------------------------------------------------ the command's prefixes
 
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-# interpreter options that take a value (python -X dev, -W error, --check-hash-based-pycs always)
-_PY_VALUE_OPTS = ("-X", "-W", "--check-hash-based-pycs")
 # uv run options with a value (uv 0.5-0.9 `uv run --help`); the others are flags
 _UV_VALUE_OPTS = {"--with", "--with-editable", "--with-requirements", "--python", "-p", "--project", "--directory",
                   "--env-file", "--extra", "--group", "--only-group", "--no-group", "--package", "--index",
@@ -145,16 +143,34 @@ _UV_VALUE_OPTS = {"--with", "--with-editable", "--with-requirements", "--python"
                   "--upgrade-package", "-P", "--config-setting", "-C", "--color", "--allow-insecure-host",
                   "--no-binary-package", "--only-binary-package", "--no-build-package", "--script", "--gui-script",
                   "--module", "-m"}
-# docker run options with a value (`docker run --help`); -e/--env are read
-_DOCKER_VALUE_OPTS = {"-e", "--env", "--env-file", "-v", "--volume", "-p", "--publish", "--name", "--gpus", "--ipc",
-                      "--shm-size", "--runtime", "-w", "--workdir", "--network", "--net", "--entrypoint", "-u",
-                      "--user", "--ulimit", "--mount", "--device", "--cpus", "--cpuset-cpus", "--memory", "-m",
-                      "--label", "-l", "--platform", "--restart", "--pull", "--hostname", "-h", "--add-host",
-                      "--cap-add", "--cap-drop", "--security-opt", "--log-driver", "--log-opt", "--pid", "--userns",
-                      "--uts", "--cgroupns", "--stop-signal", "--stop-timeout", "--tmpfs", "--dns", "--memory-swap",
-                      "--health-cmd", "--health-interval", "--health-retries", "--health-timeout", "--volumes-from",
-                      "--attach", "-a", "--cidfile", "--group-add", "--mac-address", "--ip", "--ip6", "--link",
-                      "--expose", "--sysctl", "--storage-opt", "--label-file", "--oom-score-adj", "--isolation"}
+# docker run options with a value (`docker run --help`, Docker 27; `podman run --help`, Podman 5):
+# every other option is a flag; -e/--env/--env-file are read
+_DOCKER_VALUE_OPTS = {
+    "--add-host", "--annotation", "-a", "--attach", "--blkio-weight", "--blkio-weight-device", "--cap-add",
+    "--cap-drop", "--cgroup-parent", "--cgroupns", "--cidfile", "--cpu-count", "--cpu-percent", "--cpu-period",
+    "--cpu-quota", "--cpu-rt-period", "--cpu-rt-runtime", "-c", "--cpu-shares", "--cpus", "--cpuset-cpus",
+    "--cpuset-mems", "--detach-keys", "--device", "--device-cgroup-rule", "--device-read-bps", "--device-read-iops",
+    "--device-write-bps", "--device-write-iops", "--dns", "--dns-opt", "--dns-option", "--dns-search",
+    "--domainname", "--entrypoint", "-e", "--env", "--env-file", "--expose", "--gpus", "--group-add",
+    "--health-cmd", "--health-interval", "--health-retries", "--health-start-interval", "--health-start-period",
+    "--health-timeout", "-h", "--hostname", "--io-maxbandwidth", "--io-maxiops", "--ip", "--ip6", "--ipc",
+    "--isolation", "--kernel-memory", "-l", "--label", "--label-file", "--link", "--link-local-ip",
+    "--log-driver", "--log-opt", "--mac-address", "-m", "--memory", "--memory-reservation", "--memory-swap",
+    "--memory-swappiness", "--mount", "--name", "--network", "--net", "--network-alias", "--net-alias",
+    "--oom-score-adj", "--pid", "--pids-limit", "--platform", "-p", "--publish", "--pull", "--restart", "--runtime",
+    "--security-opt", "--shm-size", "--stop-signal", "--stop-timeout", "--storage-opt", "--sysctl", "--tmpfs",
+    "--ulimit", "-u", "--user", "--userns", "--uts", "-v", "--volume", "--volume-driver", "--volumes-from", "-w",
+    "--workdir",
+    # podman run only
+    "--arch", "--authfile", "--cert-dir", "--cgroup-conf", "--cgroups", "--chrootdirs", "--conmon-pidfile",
+    "--creds", "--decryption-key", "--gidmap", "--group-entry", "--health-log-destination",
+    "--health-max-log-count", "--health-max-log-size", "--health-on-failure", "--health-startup-cmd",
+    "--health-startup-interval", "--health-startup-retries", "--health-startup-success",
+    "--health-startup-timeout", "--hooks-dir", "--hostuser", "--image-volume", "--init-path", "--log-level",
+    "--os", "--passwd-entry", "--personality", "--pidfile", "--pod", "--pod-id-file", "--preserve-fd",
+    "--preserve-fds", "--rdt-class", "--requires", "--retry", "--retry-delay", "--sdnotify", "--seccomp-policy",
+    "--secret", "--shm-size-systemd", "--subgidname", "--subuidname", "--systemd", "--timeout", "--uidmap",
+    "--umask", "--unsetenv", "--variant"}
 
 
 def _is_env(tok: str) -> bool:
@@ -166,28 +182,45 @@ def _take_env(tok: str, env: dict) -> None:
     env[k] = v
 
 
-def _skip_options(rest: list[str], i: int, value_opts, env: dict | None = None, env_opts=(),
-                  container: list | None = None) -> int:
-    """Skip a tool's options from ``rest[i]`` (``--opt value``, ``--opt=value``, flags) to its command.
-    ``container``: `docker run`'s environment items, in order: ("set", VAR, value) for ``-e VAR=value``,
-    ("pass", VAR) for ``-e VAR`` (the client's value), ("file", PATH) for ``--env-file``."""
-    while i < len(rest) and rest[i].startswith("-"):
+def _short_opts(tok: str, value_chars: str, rest: list[str], i: int):
+    """A cluster of short options (``-it``, ``-eVAR=x``, ``-e=VAR=x``, ``-ite VAR=x``, getopt and
+    Go's pflag alike): (the value option's letter or None, its value or None, the next index)."""
+    for j in range(1, len(tok)):
+        if tok[j] in value_chars:
+            val = tok[j + 1:]
+            if val:
+                return tok[j], val[1:] if val.startswith("=") and len(val) > 1 else val, i + 1
+            return tok[j], (rest[i + 1] if i + 1 < len(rest) else None), i + 2
+    return None, None, i + 1
+
+
+def _skip_options(rest: list[str], i: int, value_opts, short_values: str = "", container: list | None = None,
+                  stop=None) -> int:
+    """Skip a tool's options from ``rest[i]`` (``--opt value``, ``--opt=value``, ``-x value``,
+    ``-xvalue``, flag clusters) to its command; ``stop(name, value, i)`` may end the walk early
+    (returns the index to go on from, or None). ``container``: `docker run`'s environment items,
+    in order: ("set", VAR, value) for ``-e VAR=value``, ("pass", VAR) for ``-e VAR`` (the client's
+    value), ("file", PATH) for ``--env-file``."""
+    while i < len(rest) and rest[i].startswith("-") and rest[i] != "-":
         tok = rest[i]
         if tok == "--":
             return i + 1
-        name, eq, val = tok.partition("=")
-        if name in value_opts and not eq:
-            if i + 1 < len(rest) and env is not None and name in env_opts and _is_env(rest[i + 1]):
-                _take_env(rest[i + 1], env)
-            if i + 1 < len(rest) and container is not None:
-                _container_env(name, rest[i + 1], container)
-            i += 2
-            continue
-        if eq and env is not None and name in env_opts and _is_env(val):
-            _take_env(val, env)
-        if eq and container is not None:
+        if tok.startswith("--"):
+            name, eq, val = tok.partition("=")
+            if name in value_opts and not eq:
+                val, nxt = (rest[i + 1] if i + 1 < len(rest) else None), i + 2
+            else:
+                val, nxt = (val if eq else None), i + 1
+        else:
+            ch, val, nxt = _short_opts(tok, short_values, rest, i)
+            name = "-" + ch if ch else tok
+        if stop is not None and val is not None:
+            end = stop(name, val, nxt)
+            if end is not None:
+                return end
+        if container is not None and val is not None:
             _container_env(name, val, container)
-        i += 1
+        i = nxt
     return i
 
 
@@ -203,32 +236,121 @@ def _container_env(name: str, val: str, container: list) -> None:
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _env_options(rest: list[str], env: dict, ops: list) -> int:
-    """`env [-i] [-u VAR] [VAR=value ...]` (GNU coreutils env): the index of its command; each
-    option becomes an op on the environment the server inherits."""
-    i = 1
-    while i < len(rest) and (rest[i].startswith("-") or _is_env(rest[i])):
+_ENV_VALUE_LONG = {"--unset": "u", "--chdir": "C", "--split-string": "S", "--argv0": "a"}
+_ENV_FLAGS_LONG = {"--ignore-environment": "i", "--null": "0", "--debug": "v", "--list-signal-handling": "",
+                   "--block-signal": "", "--default-signal": "", "--ignore-signal": ""}
+
+
+def _env_options(rest: list[str], env: dict, ops: list) -> tuple[int, list[str]]:
+    """`env [OPTION]... [VAR=value]... COMMAND` (GNU coreutils 9 env: -i, -0, -v, -u NAME,
+    -C DIR, -S STRING, -a ARG, the signal options; clusters such as ``-iu VAR``): (the index of
+    its command, words that ``-S`` splits in front of it); each option that changes the
+    environment becomes an op on the environment the server inherits."""
+    import shlex
+
+    i, front = 1, []
+
+    def act(letter: str, val) -> None:
+        if letter == "i":
+            ops.append(("clear",))
+            env.clear()
+        elif letter == "u" and val is not None:
+            ops.append(("unset", val))
+            env.pop(val, None)
+        elif letter == "S" and val is not None:
+            try:
+                front.extend(shlex.split(val))
+            except ValueError:
+                raise LaunchError(f"env -S {_show(val)} in the launch command: unbalanced quotes") from None
+    while i < len(rest):
         tok = rest[i]
+        if _is_env(tok):
+            _take_env(tok, env)
+            ops.append(("set",) + tuple(tok.split("=", 1)))
+            i += 1
+            continue
         if tok == "--":
             i += 1
             break
-        if tok in ("-i", "--ignore-environment", "-"):
-            ops.append(("clear",))
-            env.clear()
-        elif tok in ("-u", "--unset") and i + 1 < len(rest):
-            ops.append(("unset", rest[i + 1]))
-            env.pop(rest[i + 1], None)
-            i += 2
+        if tok == "-":
+            act("i", None)
+            i += 1
             continue
-        elif tok.startswith("--unset=") or (tok.startswith("-u") and len(tok) > 2):
-            var = tok[len("--unset="):] if tok.startswith("--unset=") else tok[2:]
-            ops.append(("unset", var))
-            env.pop(var, None)
-        elif _is_env(tok):
-            _take_env(tok, env)
-            ops.append(("set",) + tuple(tok.split("=", 1)))
+        if not tok.startswith("-"):
+            break
+        if tok.startswith("--"):
+            name, eq, val = tok.partition("=")
+            if name in _ENV_VALUE_LONG:
+                if not eq:
+                    if i + 1 >= len(rest):
+                        raise LaunchError(f"env {name} in the launch command needs a value")
+                    val, i = rest[i + 1], i + 1
+                act(_ENV_VALUE_LONG[name], val)
+            elif name in _ENV_FLAGS_LONG:
+                act(_ENV_FLAGS_LONG[name], None)
+            else:
+                raise LaunchError(f"env {name[:40]} in the launch command: not an option of env")
+            i += 1
+            continue
+        for j in range(1, len(tok)):
+            ch = tok[j]
+            if ch in "uCSa":
+                val = tok[j + 1:]
+                if not val:
+                    if i + 1 >= len(rest):
+                        raise LaunchError(f"env -{ch} in the launch command needs a value")
+                    val, i = rest[i + 1], i + 1
+                act(ch, val)
+                break
+            if ch not in "i0v":
+                raise LaunchError(f"env -{ch} in the launch command: not an option of env")
+            act(ch, None)
         i += 1
-    return i
+    return i, front
+
+
+# uv run's short options with a value (`uv run --help`, uv 0.5-0.9)
+_UV_SHORT_VALUES = "pifPCm"
+# python's options with a value (`python --help`); -c runs a string, not a server
+_PY_SHORT_VALUES = "XWm"
+
+
+def _uv_module(rest: list[str]):
+    """``uv run [options] -m MODULE args`` / ``--module MODULE``: uv runs ``python -m MODULE``."""
+    found = []
+
+    def stop(name, val, nxt):
+        if name in ("-m", "--module"):
+            found.append(["python", "-m", val] + rest[nxt:])
+            return len(rest)
+        return None
+    end = _skip_options(rest, 2, _UV_VALUE_OPTS, _UV_SHORT_VALUES, stop=stop)
+    return found[0] if found else rest[end:]
+
+
+def _python_module(rest: list[str]):
+    """(module, its arguments) of ``python [options] -m MODULE args`` (``-Xdev``, ``-X dev``,
+    ``-um MODULE``, ``-mMODULE``), or (None, None) (``-c``, a script, no ``-m``)."""
+    j = 1
+    while j < len(rest) and rest[j].startswith("-") and rest[j] not in ("-", "--"):
+        tok = rest[j]
+        if tok.startswith("--"):
+            j += 2 if tok == "--check-hash-based-pycs" else 1
+            continue
+        nxt = j + 1
+        for k in range(1, len(tok)):
+            ch = tok[k]
+            if ch == "c":
+                return None, None
+            if ch in _PY_SHORT_VALUES:
+                val = tok[k + 1:]
+                if not val:
+                    val, nxt = (rest[j + 1] if j + 1 < len(rest) else ""), j + 2
+                if ch == "m":
+                    return val, rest[nxt:]
+                break
+        j = nxt
+    return None, None
 
 
 def split_command(argv: list[str]) -> tuple[str, str, list[str], dict, list]:
@@ -250,16 +372,20 @@ def split_command(argv: list[str]) -> tuple[str, str, list[str], dict, list]:
             break
         head = rest[0].rsplit("/", 1)[-1]
         if head == "env":
-            rest = rest[_env_options(rest, env, ops):]
+            i, front = _env_options(rest, env, ops)
+            rest = front + rest[i:]
             wrappers.append("env")
             continue
         if head == "uv" and len(rest) > 1 and rest[1] == "run":
-            rest = rest[_skip_options(rest, 2, _UV_VALUE_OPTS):]
+            rest = _uv_module(rest)
             wrappers.append("uv run")
             continue
         if head in ("docker", "podman") and len(rest) > 1 and rest[1] == "run":
             container: list = []
-            i = _skip_options(rest, 2, _DOCKER_VALUE_OPTS, env, ("-e", "--env"), container)
+            i = _skip_options(rest, 2, _DOCKER_VALUE_OPTS, "acehlmpuvw", container)
+            for item in container:  # -e VAR=value also read as the command's own assignment
+                if item[0] == "set":
+                    env[item[1]] = item[2]
             ops.append(("container", head, tuple(container)))
             if i >= len(rest):
                 raise LaunchError(f"{head} run without an image in the launch command")
@@ -278,15 +404,8 @@ def split_command(argv: list[str]) -> tuple[str, str, list[str], dict, list]:
     if head in ("vllm", "sglang") and len(rest) > 1 and rest[1] == "serve":
         return head, f"{prefix}{head} serve", rest[2:], env, ops
     if re.fullmatch(r"python(\d+(\.\d+)*)?", head):
-        j = 1
-        while j < len(rest) and rest[j].startswith("-") and not rest[j].startswith("-m"):
-            if rest[j] in _PY_VALUE_OPTS:
-                j += 2
-            else:
-                j += 1
-        if j < len(rest) and rest[j].startswith("-m"):
-            mod = rest[j][2:] if len(rest[j]) > 2 else (rest[j + 1] if j + 1 < len(rest) else "")
-            args = rest[j + 1:] if len(rest[j]) > 2 else rest[j + 2:]
+        mod, args = _python_module(rest)
+        if mod is not None:
             if mod in _VLLM_MODULES:
                 return "vllm", f"{prefix}python -m {mod}", args, env, ops
             if mod in _SGLANG_MODULES:
@@ -314,9 +433,8 @@ def _int(opt: str, value, hi: int, lo: int = 1) -> int:
     """A launch-command integer as Python's int() reads it (the servers' type=int), bounded."""
     if type(value) is int:
         v = value
-    elif isinstance(value, str) and value.strip().isascii() and len(value.strip()) <= len(str(hi)) + 4 \
-            and _INT_RE.fullmatch(value.strip()):
-        v = int(value.strip())
+    elif isinstance(value, str) and len(value.strip()) <= len(str(hi)) + 4 and _INT_RE.fullmatch(value.strip()):
+        v = int(value.strip())  # any Unicode decimal digits, as int() reads them (fullwidth "６４")
     else:
         raise LaunchError(f"{opt} in the launch command must be an integer ({lo} to {hi}), got {_show(value)}")
     if not lo <= v <= hi:
@@ -337,7 +455,7 @@ def _human_int(opt: str, value, hi: int, auto: bool = False) -> int | None:
     t = value.strip() if isinstance(value, str) else ""
     if auto and (t == "-1" or t.lower() == "auto"):
         return None
-    m = _HUMAN_RE.fullmatch(t) if t.isascii() else None
+    m = _HUMAN_RE.fullmatch(t)  # \d: Unicode digits, as vLLM's own re.fullmatch and float() read them
     if m:
         number, suffix = m.groups()
         if suffix in "kmgt":  # through a float, as vLLM does: 8.19k is 8189 (argparse_utils.py 0.23.0:58)
@@ -684,6 +802,47 @@ class _Flag(argparse.Action):
         setattr(namespace, self.dest, v)
 
 
+def _human_readable_int(value: str) -> int:
+    """vLLM's ``human_readable_int`` (vllm/utils/argparse_utils.py 0.23.0:29-72, 0.33.0:30-74), as
+    its parser applies it: ``16k`` = 16000 through a float, ``16K`` = 16384, else ``int()``."""
+    value = value.strip()
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", value)
+    if m:
+        number, suffix = m.groups()
+        try:
+            if suffix in "kmgt":
+                return int(float(number) * 10 ** (3 * "kmgt".index(suffix) + 3))
+            return int(number) * 2 ** (10 * ("KMGT".index(suffix) + 1))
+        except (ValueError, OverflowError):
+            raise argparse.ArgumentTypeError(f"invalid value {value[:40]!r}") from None
+    return int(value)
+
+
+def _human_readable_int_or_auto(value: str) -> int:
+    value = value.strip()
+    return -1 if value == "-1" or value.lower() == "auto" else _human_readable_int(value)
+
+
+def _optional(base):
+    """vLLM's ``optional_type`` (vllm/engine/arg_utils.py 0.23.0:153-159): "" and "None" are None."""
+    def _optional_type(val: str):
+        if val == "" or val == "None":
+            return None
+        try:
+            return base(val)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"Value {val[:40]} cannot be converted to {base}.") from None
+    _optional_type.__name__ = f"optional {base.__name__}"
+    return _optional_type
+
+
+# the value types an option table names (ci/dump_server_options.py _type_name); a table without
+# them (a line read from an uninstalled release's source) keeps every value a string
+_TYPES = {"int": int, "float": float, "human_readable_int": _human_readable_int,
+          "human_readable_int_or_auto": _human_readable_int_or_auto, "optional_int": _optional(int),
+          "optional_float": _optional(float)}
+
+
 def rebuilt_parser(table: dict, seen: list) -> argparse.ArgumentParser:
     """An argparse parser with the server's options (every value a string), recording what it reads."""
     p = _RebuiltParser(prog="server", add_help=False, allow_abbrev=table.get("allow_abbrev", True))
@@ -706,6 +865,10 @@ def rebuilt_parser(table: dict, seen: list) -> argparse.ArgumentParser:
             nargs = a["nargs"]
             action = argparse._AppendAction if kind == "append" else argparse._StoreAction
             kw = {"const": a.get("const")} if nargs == "?" else {}
+            if a.get("type") in _TYPES:
+                kw["type"] = _TYPES[a["type"]]
+            if a.get("choices"):
+                kw["choices"] = a["choices"]
             p.add_argument(*opts, dest=a["dest"], nargs=nargs, action=_recording(action, seen),
                            default=argparse.SUPPRESS, **kw)
     return p
@@ -716,15 +879,19 @@ def rebuilt_parser(table: dict, seen: list) -> argparse.ArgumentParser:
 def _vllm_config_args(path: str, table: dict) -> list[str]:
     """vLLM's FlexibleArgumentParser.load_config_file: YAML -> ``--key value`` (bools as flags,
     lists as several values, mappings as JSON)."""
-    opts = {o for a in table["actions"] for o in a["options"]}
+    # vLLM refuses a --config whose name does not end in .yaml/.yml (load_config_file, 0.23.0:553-557)
+    bounded_config_text(path)  # the bounds first, as the server reader checks them before vLLM's parser
+    if path.split(".")[-1] not in ("yaml", "yml"):
+        raise LaunchError(f"--config {_show(path)} in the launch command: vLLM reads only .yaml/.yml files")
     out: list[str] = []
     for key, value in load_yaml(path).items():
         key = str(key)
         if isinstance(value, bool):
             if value:
                 out.append("--" + key)
-            elif f"--no-{key}" in opts:
-                out.append(f"--no-{key}")
+            # `key: false` is dropped: vLLM 0.23 drops it (argparse_utils.py 0.23.0:573-575); 0.32+
+            # add --no-key only where the parser reading the YAML has it (0.33.0:654-658), and for
+            # `vllm serve` that is the top-level `vllm` parser, which has none of serve's options
         elif isinstance(value, list):
             if value:
                 out += ["--" + key] + [str(v) for v in value]
@@ -900,11 +1067,16 @@ def _sglang_config_args(args: list[str], table: dict) -> list[str]:
     return out + args[:i] + args[i + 2:]
 
 
-def builtin_read(framework: str, form: str, tokens: list[str], table: dict) -> tuple[dict, list]:
-    """(namespace as a dict of raw strings, what was read) through the rebuilt parser."""
+def builtin_read(framework: str, form: str, tokens: list[str], table: dict, strict: bool = False) -> tuple[dict, list]:
+    """(namespace as a dict of raw strings, what was read) through the rebuilt parser. ``strict``
+    (the table is the simulated line's own): words the parser does not know are refused, as the
+    servers' ``parse_args`` refuses them ("unrecognized arguments": vLLM's FlexibleArgumentParser
+    and SGLang's argparse parser both call ``parse_args``); else they are listed as not read."""
     seen: list = []
     p = rebuilt_parser(table, seen)
-    serve = framework == "vllm" and form.endswith("vllm serve") or form.endswith("cli.main serve")
+    # every vLLM form is read as `vllm serve` reads it, as the server reader does (server_parsers:
+    # the api_server module's make_arg_parser takes the same arguments, --model moved to the front)
+    serve = framework == "vllm"
     if framework == "vllm":
         argv = vllm_preprocess(tokens, serve, table)
         if serve:
@@ -916,6 +1088,9 @@ def builtin_read(framework: str, form: str, tokens: list[str], table: dict) -> t
     except _Refused as exc:
         raise LaunchError(f"the launch command is refused by {framework_label(framework)} "
                           f"{table.get('version')}'s options: {exc}") from None
+    if unknown and strict:
+        raise LaunchError(f"the launch command is refused by {framework_label(framework)} {table.get('version')}'s "
+                          f"options: unrecognized arguments: {printable(' '.join(unknown))[:200]}")
     d = vars(ns)
     d["_aliases"] = {a["dest"]: a["options"] for a in table["actions"]}
     for u in unknown:
@@ -976,12 +1151,21 @@ _HEAD_KEYS = ("num_attention_heads", "num_key_value_heads", "head_dim", "hidden_
 _MTP_SUFFIX = "mtp"
 
 
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text) -> str:
+    """``text`` on one line: control characters (a newline in an option value) escaped as repr does."""
+    t = str(text)
+    return _CONTROL_RE.sub(lambda m: repr(m.group(0))[1:-1], t)
+
+
 def _display(opt, values) -> str:
     if values is None or values == [] or isinstance(values, bool):
-        return str(opt)
+        return printable(opt)
     if isinstance(values, (list, tuple)):
-        return f"{opt} {' '.join(str(v) for v in values)}"
-    return f"{opt} {values}"
+        return printable(f"{opt} {' '.join(str(v) for v in values)}")
+    return printable(f"{opt} {values}")
 
 
 def apply_model_overrides(cfg: dict, overrides: dict) -> dict:
@@ -1068,7 +1252,7 @@ def resolve(framework: str, form: str, ns: dict, seen: list, env: dict, environ,
             out.env[k] = str(env[k])[:64]
             continue
         harmless = k in HARMLESS_ENV or k.startswith(HARMLESS_ENV_PREFIXES)
-        (out.ignored if harmless else out.not_read).append(f"{k}={env[k][:40]}")
+        (out.ignored if harmless else out.not_read).append(printable(f"{k}={env[k][:40]}"))
     return out
 
 
@@ -1299,7 +1483,7 @@ def parse_launch(argv: list[str], *, line: str | None = None, environ=None, read
         fallback = ""
     from .server_defaults import DEFAULT_LINE
     table = load_table(framework, target or DEFAULT_LINE[framework])
-    ns, seen = builtin_read(framework, form, tokens, table)
+    ns, seen = builtin_read(framework, form, tokens, table, strict=table["version"] == (target or DEFAULT_LINE[framework]))
     out = resolve(framework, form, ns, seen, env, environ,
                   f"{framework_label(framework)} {table['version']}'s options: built-in reader", ops)
     if fallback:

@@ -345,7 +345,10 @@ def read_config(path: str) -> dict:
         os.close(fd)
     data = b"".join(chunks)
     try:
-        text = data.decode("utf-8-sig")
+        # strict UTF-8 without a byte-order mark skipped: transformers opens config.json with
+        # encoding="utf-8" and json.loads refuses a leading BOM ("Unexpected UTF-8 BOM";
+        # configuration_utils.py _dict_from_json_file, transformers 4.57.6:864-867, 5.20.2:1115-1118)
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ModelError(f"cannot read {shown}: not UTF-8 (byte {exc.start})") from None
     try:

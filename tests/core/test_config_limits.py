@@ -46,8 +46,9 @@ def test_a_config_at_the_bounds_is_still_read(tmp_path):
 
     ok = tmp_path / "ok.yaml"
     nested = "".join("  " * i + "k:\n" for i in range(1, 31)) + "  " * 31 + "k: 1\n"
-    ok.write_text("model: meta-llama/Llama-3.1-8B-Instruct\nmax-num-seqs: 64\nx: &x 1\n"
-                  "y: [" + ", ".join(["*x"] * 16) + "]\nz:\n" + nested)
+    # (options of vLLM 0.23: a key it does not know is refused, as its own parser refuses it)
+    ok.write_text("model: meta-llama/Llama-3.1-8B-Instruct\nmax-num-seqs: 64\ntokenizer: &x t\n"
+                  "served-model-name: [" + ", ".join(["*x"] * 16) + "]\noverride-generation-config:\n" + nested)
     launch = parse_launch(["vllm", "serve", "--config", str(ok)], reader="builtin", line="0.23.0")
     assert (launch.model, launch.max_num_seqs) == ("meta-llama/Llama-3.1-8B-Instruct", 64)
 

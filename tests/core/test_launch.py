@@ -97,11 +97,14 @@ def test_cli_bad_value_in_command_is_one_line_exit_2():
 
 
 def test_hostile_numbers_in_a_launch_command_are_one_error_line():
-    """Huge, non-finite or non-ASCII numbers after `--` are refused like flags (exit 2, one line)."""
+    """Huge or non-finite numbers after `--` are refused like flags (exit 2, one line). Non-ASCII
+    decimal digits are not among them: the servers read their integers with int(), which takes
+    any Unicode decimal digits (issue 29: "\u0661\u0662" is 12 to vLLM; see
+    test_issue29_launch_prefixes.py)."""
     import subprocess
     import sys
     for opt, val in (("--max-model-len", "1e400"), ("--max-model-len", "nan"), ("--max-num-seqs", str(10 ** 12)),
-                     ("--max-num-seqs", "\u0661\u0662"), ("--tensor-parallel-size", "9" * 5000)):
+                     ("--tensor-parallel-size", "9" * 5000)):
         p = subprocess.run([sys.executable, "-m", "guard_core.cli", "plan", "--", "vllm", "serve", "m", opt, val],
                            capture_output=True, text=True, timeout=60)
         assert p.returncode == 2, (opt, val, p.returncode, p.stderr)

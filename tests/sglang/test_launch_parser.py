@@ -172,3 +172,13 @@ def test_config_files_bounded_and_refused_in_one_line(tmp_path):
     ConfigArgumentMerger opens them; its own errors on malformed files as one line naming the file."""
     common.assert_config_files_read_alike(["python", "-m", "sglang.launch_server", "--model-path", "M"],
                                           SGLANG, str(tmp_path))
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_issue29_readers_agree_on_generated_commands_behind_prefixes(seed, tmp_path):
+    """Issue 29, item 4: as tests/vllm/test_launch_parser.py, with SGLang's own parser (and its
+    ConfigArgumentMerger) as the truth: `--tp_size` and other spellings SGLang's argparse refuses,
+    fullwidth digits its int() takes, prefixes, `--` placement; 150 commands per seed."""
+    accepted = common.assert_readers_agree_on_generated_commands("sglang", SGLANG, _server_options(), tmp_path,
+                                                                 2950 + seed, 150)
+    assert accepted >= 30

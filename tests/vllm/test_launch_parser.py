@@ -271,3 +271,19 @@ def test_decimal_suffixes_read_as_vllm_reads_them():
         assert (builtin.max_model_len, builtin.max_batched_tokens) == \
             (server.max_model_len, server.max_batched_tokens), value
     assert both(["vllm", "serve", "M", "--max-model-len", "8.19k"])[0].max_model_len == 8189
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_issue29_readers_agree_on_generated_commands_behind_prefixes(seed, tmp_path):
+    """Issue 29, item 4: 150 generated commands per seed (spellings, fullwidth digits, suffixes,
+    dotted and -O options, `--` placement, --config YAML, unknown options, a newline in a value)
+    behind generated prefixes (VAR=value, env with its options, docker/podman run with their value
+    options, -e/--env-file, uv run [-m], python -X ...): vLLM's own parser on the bare command, and
+    both readers on the prefixed one, accept or refuse alike and resolve to the same deployment,
+    with the workspace variable seen exactly where the prefix passes it on (before: the issue's
+    cases disagreed)."""
+    from guard_core.server_parsers import _vllm_parser
+
+    options = {o for a in _vllm_parser()[1]._actions for o in a.option_strings}
+    accepted = common.assert_readers_agree_on_generated_commands("vllm", VLLM, options, tmp_path, 2900 + seed, 150)
+    assert accepted >= 40  # the valid commands are a good share of the generated ones
