@@ -1,6 +1,6 @@
 """Parity search (issue 26), the adapter's side: one deployment inside the installed SGLang.
 
-    python tests/sglang/parity_probe.py '{"gpu": ..., "argv": [...], "attn_tp": N}'
+    python tests/sglang/parity_probe.py '{"gpu": ..., "argv": [...], "attn_tp": N, "attn_dp": M}'
 
 Run as its own process (a forked child of the warm scenario interpreter,
 tests/common/forkserver.py) with the launch command's environment prefix in its
@@ -12,8 +12,9 @@ takes its post-init defaults for that GPU (capture list, chunked prefill, EAGLE'
 steps/topk/draft tokens, DP attention); SGLang's ``ModelConfig`` reads the model;
 the guard is loaded through SGLang's own route (scenarios.load_guard) and the real
 ``FlashInferAttnBackend`` is built on the CPU (tests/sglang/_cpu.py) for the target
-runner and, with EAGLE, SGLang's ``FlashInferMultiStepDraftBackend`` for a draft-worker
-runner. What the adapter gathered and decided for each backend
+runner and, with EAGLE, the draft worker's backends for a draft-worker runner (the
+draft-extend ``FlashInferAttnBackend`` and, with more than one step,
+``FlashInferMultiStepDraftBackend``). What the adapter gathered and decided for each backend
 (``sglang_guard.workspace.decisions()``) is printed as ``RESULT {json}``.
 
 Faked (nothing else): what _cpu.py stands in (sgl_kernel, the FlashInfer wrapper
@@ -22,7 +23,10 @@ memory and ``guard_core.gpus.detect_gpu`` (the table GPU), ``is_sm100_supported`
 the backend module (the table GPU's answer). The runner's request pool holds SGLang's
 ``_resolve_max_num_reqs`` answer where the command bounds it
 (``min(max_running_requests // dp_size, estimated)``, model_runner_kv_cache_mixin.py
-0.5.11:698-717, with ``estimated`` >= 2048), else 4096 (the upper end of that
+0.5.11:698-717, with ``estimated`` >= 2048 and ``dp_size`` the DP-attention size;
+``min(max(1, max_running_requests // attn_dp_size), token_capacity // 2)``,
+mem_cache/kv_cache_configurator.py 0.5.23:3119-3131), with max running requests as SGLang
+resolved them (speculation sets 48 where the command gives none), else 4096 (the upper end of that
 estimate; the pool itself is sized from the KV memory of the real GPU).
 """
 
@@ -63,6 +67,7 @@ def _server_args(argv: list[str], mib: int):
                                                   "--skip-tokenizer-init"])
     if hasattr(sa, "resolve_once"):
         sa.resolve_once()
+    _cpu.runtime_context(sa)  # 0.5.2x: the resolved bags (get_schedule(), ...) a scheduler publishes
     return sa
 
 
@@ -82,17 +87,29 @@ def _kv_dtype(sa):
                                                                                torch.bfloat16)
 
 
-def _pool(sa) -> int:
-    mrr = getattr(sa, "max_running_requests", None)
+def _schedule(sa, name):
+    """A resolved scheduling value: 0.5.2x's config bag (get_schedule()), else the ServerArgs field."""
+    try:
+        from sglang.srt.runtime_context import get_schedule
+
+        return getattr(get_schedule(), name)
+    except Exception:
+        return getattr(sa, name, None)
+
+
+def _pool(sa, attn_dp: int) -> int:
+    """The request pool the runner would hold: max running requests as SGLang resolved them
+    (speculation sets 48 where none is given), divided by the DP-attention size."""
+    mrr = _schedule(sa, "max_running_requests")
     if mrr:
-        return min(int(mrr) // max(1, int(getattr(sa, "dp_size", 1) or 1)), 4096)
+        return max(1, min(int(mrr) // max(1, int(attn_dp)), 4096))
     return 4096
 
 
-def _runner(sa, mc, attn_tp, draft=False):
+def _runner(sa, mc, attn_dp, draft=False):
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    runner = _cpu.model_runner(sa, mc, kv_cache_dtype=_kv_dtype(sa), pool_size=_pool(sa))
+    runner = _cpu.model_runner(sa, mc, kv_cache_dtype=_kv_dtype(sa), pool_size=_pool(sa, attn_dp))
     runner.spec_algorithm = SpeculativeAlgorithm.from_string(sa.speculative_algorithm)
     runner.is_draft_worker = draft
     return runner
@@ -116,12 +133,18 @@ def run(d: dict) -> dict:
     if hasattr(fb, "is_sm100_supported"):
         fb.is_sm100_supported = lambda *a, **k: gpu.cc[0] == 10
     _cpu.set_attention_tp_size(int(d.get("attn_tp", 1)))
-    runner = _runner(sa, mc, d.get("attn_tp", 1))
+    runner = _runner(sa, mc, d.get("attn_dp", 1))
     fb.FlashInferAttnBackend(runner)
     algo = str(_spec(sa, "speculative_algorithm") or "").upper()
     if algo in ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE"):
         topk, steps = int(_spec(sa, "speculative_eagle_topk") or 1), int(_spec(sa, "speculative_num_steps") or 1)
-        fb.FlashInferMultiStepDraftBackend(_runner(sa, mc, d.get("attn_tp", 1), draft=True), topk, steps)
+        # the EAGLE worker's draft backends (speculative/draft_utils.py DraftBackendFactory, 0.5.11:39-41,
+        # 67-69, 110-117, 208-214; 0.5.23:221-234): the draft-extend FlashInferAttnBackend on the
+        # draft runner, and the multi-step draft decode backend where there is more than one step
+        draft_runner = _runner(sa, mc, d.get("attn_dp", 1), draft=True)
+        fb.FlashInferAttnBackend(draft_runner, skip_prefill=False)
+        if steps > 1:
+            fb.FlashInferMultiStepDraftBackend(draft_runner, topk, steps)
         out["eagle"] = {"topk": topk, "steps": steps,
                         "draft_tokens": int(_spec(sa, "speculative_num_draft_tokens") or 0)}
     import sglang_guard.workspace as ws
@@ -133,8 +156,8 @@ def run(d: dict) -> dict:
                      "server_bytes": list(r.server_bytes), "action": r.outcome.action if r.outcome else None,
                      "line": r.outcome.line if r.outcome else None, "missing": list(r.facts.missing)})
     out["records"] = recs
-    out["resolved"] = {k: getattr(sa, k, None) for k in ("cuda_graph_max_bs", "chunked_prefill_size",
-                                                           "max_running_requests", "page_size", "dp_size")}
+    out["resolved"] = {k: _schedule(sa, k) for k in ("chunked_prefill_size", "max_running_requests")}
+    out["resolved"]["pool"] = runner.req_to_token_pool.size
     return out
 
 

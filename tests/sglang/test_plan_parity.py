@@ -85,11 +85,10 @@ def deployments(seed: int, count: int, line: str = SGLANG) -> list[dict]:
         opts: list[str] = ["--attention-backend", "flashinfer"]
         if tp > 1:
             opts += [rnd.choice(["--tp-size", "--tensor-parallel-size"]), str(tp)]
-        attn_tp = tp
+        attn_dp = 1
         if tp > 1 and rnd.random() < 0.2:
-            dp = rnd.choice([x for x in (2, 4, 8) if x <= tp and tp % x == 0])
-            opts += ["--dp-size", str(dp), "--enable-dp-attention"]
-            attn_tp = tp // dp
+            attn_dp = rnd.choice([x for x in (2, 4, 8) if x <= tp and tp % x == 0])
+            opts += ["--dp-size", str(attn_dp), "--enable-dp-attention"]
         for flag, p, values in ((_graph_max_flag(line), 0.3, [8, 24, 64, 160, 256, 512]),
                                 ("--max-running-requests", 0.3, [16, 48, 128, 512, 1024]),
                                 ("--chunked-prefill-size", 0.3, [2048, 4096, 8192, 16384]),
@@ -122,8 +121,8 @@ def deployments(seed: int, count: int, line: str = SGLANG) -> list[dict]:
         elif r < 0.35:
             env["FLASHINFER_GUARD_LOG"] = "debug"
             prefix = ["FLASHINFER_GUARD_LOG=debug"]
-        out.append({"gpu": rnd.choice(GPUS), "model": model, "head": head, "opts": opts, "attn_tp": attn_tp,
-                    "env": env, "prefix": prefix})
+        out.append({"gpu": rnd.choice(GPUS), "model": model, "head": head, "opts": opts, "attn_tp": tp // attn_dp,
+                    "attn_dp": attn_dp, "env": env, "prefix": prefix})
     return out
 
 
@@ -159,7 +158,8 @@ def _env(extra: dict) -> dict:
 def _adapter(d: dict, model_dir: str) -> dict:
     argv = [a.replace("{model}", model_dir) for a in ["--model-path", model_dir] + d["opts"]]
     proc = forkserver.run([sys.executable, str(HERE / "parity_probe.py"),
-                           json.dumps({"gpu": d["gpu"], "argv": argv, "attn_tp": d["attn_tp"]})],
+                           json.dumps({"gpu": d["gpu"], "argv": argv, "attn_tp": d["attn_tp"],
+                                       "attn_dp": d["attn_dp"]})],
                           capture_output=True, text=True, env=_env(d["env"]), timeout=600, cwd=str(REPO))
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
