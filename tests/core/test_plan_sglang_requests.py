@@ -49,3 +49,16 @@ def test_speculation_runs_48_requests_unless_told():
                      "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
                      "--max-running-requests", "100")
     assert told["limits"]["max_num_seqs"] == 100 and max(_graph_batches(told)) == 100
+
+
+def test_eagle_topk_without_a_request_count_sizes_48_x_topk():
+    # Llama-3.1-8B, EAGLE topk 8 / 7 steps / 8 draft tokens, --cuda-graph-max-bs-decode 64, H200,
+    # SGLang 0.5.23, no --max-running-requests: SGLang resolves 48 running requests and a pool of 48,
+    # so the draft decodes at most 8 x 48 = 384 requests in its graphs; the plugin inside SGLang
+    # 0.5.23 (tests/sglang/parity_probe.py) sizes 31,636,992 B (plan said 42,204,672 B, 8 x 64)
+    r = plan_json("--gpu", "h200", "--framework-version", "0.5.23", "--", *SERVER, "--speculative-algorithm", "EAGLE",
+                  "--speculative-draft-model-path", LLAMA_8B, "--speculative-eagle-topk", "8",
+                  "--speculative-num-steps", "7", "--speculative-num-draft-tokens", "8",
+                  "--cuda-graph-max-bs-decode", "64")
+    assert r["need"]["float_bytes"] == 31_636_992
+    assert r["need"]["scenario"] == "cuda_graph_decode" and r["need"]["batch"] == 8 * 48
