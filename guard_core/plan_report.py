@@ -317,7 +317,8 @@ def _sglang_runners(server: ServerConfig, draft: int, notes: list) -> list:
 
     defaults = server.defaults
     base = dict(capture_sizes=defaults.decode_graph_sizes, max_num_seqs=defaults.get("max_num_seqs"),
-                chunk=defaults.get("max_batched_tokens"), max_model_len=defaults.get("max_model_len"))
+                chunk=defaults.get("max_batched_tokens"), max_model_len=defaults.get("max_model_len"),
+                request_pool=defaults.get("request_pool"))
     if not draft and "eagle_topk" not in defaults.values:
         return [("", sglang_runner_limits(**base, speculative=False))]
     out = [("target", sglang_runner_limits(**base, speculative=True, verify_q=draft + 1))]

@@ -68,7 +68,7 @@ from .versions import is_version, parse_version
 
 __all__ = ["DEFAULT_LINE", "Deployment", "GPU_MEMORY", "SGLANG_LARGE", "default_workspace", "derive",
            "framework_label", "gpu_memory", "installed_line", "is_aarch64_gpu", "pinned_flashinfer",
-           "sglang_default_workspace", "sglang_tensor_core_decode", "short_line", "vllm_capture_grid",
+           "sglang_default_workspace", "sglang_request_pool", "sglang_tensor_core_decode", "short_line", "vllm_capture_grid",
            "vllm_per_phase_builder", "workspace_source"]
 
 VLLM_DEFAULT = 394 * MIB
@@ -482,11 +482,7 @@ def sglang_defaults(d: Deployment, line: str, line_source: str) -> Defaults:
         c = v["max_batched_tokens"]
         v["max_batched_tokens"] = Derived(c.value // adp, f"{c.source}, divided by DP attention {adp} ({label})",
                                           c.passed)
-    if d.max_num_seqs:
-        v["max_num_seqs"] = Derived(d.max_num_seqs, given, True)
-    else:
-        v["max_num_seqs"] = Derived(4096, f"{label} sizes max running requests from the KV pool at start-up; "
-                                          "assumed unbounded (4096) for the eager shapes")
+    running = _sglang_running_requests(v, d, given, label)
     d = _sglang_eagle(v, d, given, label)
     k = d.draft_tokens or 0
     _draft_context_page(v, d, k, given, 1, f"{label} default page size")
@@ -511,9 +507,63 @@ def sglang_defaults(d: Deployment, line: str, line_source: str) -> Defaults:
         v["capture_sizes"] = Derived(tuple(sizes), f"{label} capture list up to {mb.value}"
                                      + (" (speculative list)" if d.speculative else ""))
     out.decode_graph_sizes = tuple(v["capture_sizes"].value)
+    pool, pool_src = sglang_request_pool(line, running, adp)
+    if pool is not None:
+        v["request_pool"] = Derived(pool, pool_src, True)
+        if out.decode_graph_sizes and max(out.decode_graph_sizes) > pool:
+            notes.append(f"SGLang captures no decode CUDA graph above its request pool of {pool} and adds "
+                         f"{pool} itself (get_batch_sizes_to_capture; {pool_src})")
     v["flashinfer"] = (Derived(d.flashinfer, "given", True) if d.flashinfer else
                        Derived(pinned_flashinfer("sglang", line), f"{label} pins it"))
     return out
+
+
+# the speculative algorithms whose ServerArgs resets an unset --max-running-requests to 48
+SGLANG_SPEC_48 = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH")
+
+
+def _sglang_running_requests(v: dict, d: Deployment, given: str, label: str) -> int | None:
+    """``max_num_seqs`` (max running requests) and the count SGLang's ServerArgs holds (None: it
+    sizes it from the KV pool at start-up). Speculative decoding without
+    ``--max-running-requests`` resets it to 48 (server_args.py 0.5.5:1523-1534, 1615-1622;
+    0.5.11:3430-3433, 3447-3459, 3563-3566; arg_groups/speculative_hook.py 0.5.23:1072-1095,
+    1285-1300)."""
+    if d.max_num_seqs:
+        v["max_num_seqs"] = Derived(d.max_num_seqs, given, True)
+        return int(d.max_num_seqs)
+    if (d.speculative_algorithm or "").upper() in SGLANG_SPEC_48:
+        v["max_num_seqs"] = Derived(48, f"{label} resets max running requests to 48 for speculative decoding "
+                                        "(--max-running-requests not given)")
+        return 48
+    v["max_num_seqs"] = Derived(4096, f"{label} sizes max running requests from the KV pool at start-up; "
+                                      "assumed unbounded (4096) for the eager shapes")
+    return None
+
+
+def sglang_request_pool(line: str, max_running_requests: int | None, attn_dp: int | None) -> tuple[int | None, str]:
+    """(the model runner's request pool, ``req_to_token_pool.size``, or None where the KV memory
+    decides it; its source) for ``--max-running-requests``. SGLang cuts its capture list there
+    (``workspace_decision.sglang_capture_sizes``). 0.5.5: the given count (model_runner.py
+    0.5.5:471-475, 1554-1562, 1680-1681). 0.5.11: ``min(max_running_requests // dp_size,
+    estimated)`` with ``dp_size`` the DP-attention size (1 without) and ``estimated`` between 2048
+    and 4096 from the KV memory (model_runner.py 0.5.11:338, model_runner_kv_cache_mixin.py
+    0.5.11:698-717, 272-273). 0.5.23: ``min(max(1, max_running_requests // attn_dp_size),
+    token_capacity // 2)`` (mem_cache/kv_cache_configurator.py 0.5.23:3119-3131; the capacity is
+    taken as large). Lines in between take 0.5.11's rule (not read)."""
+    label = f"SGLang {line}"
+    if not max_running_requests:
+        return None, f"{label} sizes the request pool from the KV memory"
+    n = int(max_running_requests)
+    if not _ge(known_line("sglang", line), "0.5.11"):
+        return n, f"{label}: the request pool holds --max-running-requests {n}"
+    adp = int(attn_dp or 1)
+    per = n // adp
+    if _ge(known_line("sglang", line), "0.5.23"):
+        per = max(1, per)
+    elif per > 2048:
+        return None, f"{label}: the request pool is min({per}, an estimate of 2048-4096 from the KV memory)"
+    how = f"--max-running-requests {n} // DP attention {adp}" if adp > 1 else f"--max-running-requests {n}"
+    return per, f"{label}: the request pool holds {how} = {per}"
 
 
 def _sglang_eagle(v: dict, d: Deployment, given: str, label: str) -> Deployment:

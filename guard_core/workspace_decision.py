@@ -21,7 +21,7 @@ from typing import Any
 from .releases import NATIVE_VAR
 
 __all__ = ["FRAMEWORKS", "FrameworkNames", "WorkspaceFacts", "WorkspaceNeed", "WorkspaceOutcome",
-           "need", "decide", "remedies", "vllm_graph_limits", "vllm_reorder_batch_threshold", "vllm_spec_decode_graphs", "sglang_runner_limits", "is_out_of_memory", "assess_fixed_split", "decide_fixed_split"]
+           "need", "decide", "remedies", "vllm_graph_limits", "vllm_reorder_batch_threshold", "vllm_spec_decode_graphs", "sglang_runner_limits", "sglang_capture_sizes", "is_out_of_memory", "assess_fixed_split", "decide_fixed_split"]
 
 
 @dataclass(frozen=True)
@@ -255,19 +255,38 @@ def vllm_graph_limits(*, capture_sizes, max_num_seqs: int, max_num_batched_token
                          partial_verify_graphs=bool(fa2_native_decode) and verify_in_graph)
 
 
+def sglang_capture_sizes(sizes, request_pool: int | None) -> tuple:
+    """The decode CUDA-graph batch sizes SGLang captures from its list: where the list goes
+    beyond the runner's request pool (``req_to_token_pool.size``) the pool's size is added and
+    nothing above it is captured (``get_batch_sizes_to_capture``: cuda_graph_runner.py
+    0.5.5:182-202, 0.5.11:496-522; model_executor/runner/base_cuda_graph_runner.py 0.5.23:
+    ``capture_bs += [num_max_requests]`` then ``bs <= num_max_requests``). ``request_pool``
+    None: not known, the list as it is (the larger need)."""
+    sizes = [int(b) for b in sizes]
+    if request_pool:
+        pool = int(request_pool)
+        if sizes and max(sizes) > pool:
+            sizes.append(pool)
+        sizes = [b for b in sizes if b <= pool]
+    return tuple(sorted(set(sizes)))
+
+
 def sglang_runner_limits(*, capture_sizes, max_num_seqs: int, chunk: int, max_model_len, speculative: bool,
-                         draft_runner: bool = False, verify_q: int | None = None, topk: int | None = None):
+                         draft_runner: bool = False, verify_q: int | None = None, topk: int | None = None,
+                         request_pool: int | None = None):
     """The serving envelope of one SGLang model runner's FlashInfer backend, as
     ``sglang_guard/workspace_facts.py`` reads it (``_read_limits``/``_speculative``): capture
-    sizes in requests; with speculation the target captures TARGET_VERIFY graphs only
-    (cuda_graph_runner.py 0.5.5:263-277), each request holding ``verify_q`` tokens
-    (speculative_num_draft_tokens counts the bonus token); the draft worker verifies nothing
-    and decodes ``topk`` x bs requests per step (flashinfer_backend.py 0.5.5:1446, 0.5.23:2501)."""
+    sizes in requests, cut at the runner's request pool (``sglang_capture_sizes``); with
+    speculation the target captures TARGET_VERIFY graphs only (cuda_graph_runner.py
+    0.5.5:263-277), each request holding ``verify_q`` tokens (speculative_num_draft_tokens
+    counts the bonus token); the draft worker verifies nothing and decodes ``topk`` x bs
+    requests per step (flashinfer_backend.py 0.5.5:1446, 0.5.23:2501)."""
     from .sizing import ServingLimits
 
     per_seq = max(1, int(topk or 1)) if (speculative and draft_runner) else 1
     vq = int(verify_q) if (speculative and not draft_runner and verify_q) else None
-    return ServingLimits(capture_sizes=tuple(capture_sizes), max_num_seqs=int(max_num_seqs),
+    return ServingLimits(capture_sizes=sglang_capture_sizes(capture_sizes, request_pool),
+                         max_num_seqs=int(max_num_seqs),
                          max_num_batched_tokens=int(chunk), draft_tokens=max(0, (vq or 1) - 1), verify_q_len=vq,
                          eager=True, max_model_len=max_model_len, decode_requests_per_seq=per_seq,
                          one_token_graphs=not (speculative and not draft_runner))

@@ -119,7 +119,8 @@ def _q_heads(mc) -> int:
 
 
 def _capture_sizes(runner, missing=None) -> tuple:
-    """Decode CUDA-graph batch sizes SGLang captures (empty when CUDA graphs are off).
+    """Decode CUDA-graph batch sizes in SGLang's list (empty when CUDA graphs are off); the
+    core cuts them at the request pool (``sglang_runner_limits``).
 
     When graphs are on but no size can be read, the largest batch SGLang could capture
     (its request pool) stands in, and the missing input is named."""
@@ -142,12 +143,7 @@ def _capture_sizes(runner, missing=None) -> tuple:
         if missing is not None:
             missing.append("CUDA-graph batch sizes")
         sizes = [int(pool)] if pool else [512]
-    if pool:
-        # SGLang captures its request pool's size where the list goes beyond it
-        # (get_batch_sizes_to_capture), and nothing above
-        if max(sizes) > pool:
-            sizes.append(int(pool))
-        sizes = [b for b in sizes if b <= pool]
+    # cut at the request pool by the core's rule (workspace_decision.sglang_capture_sizes)
     return tuple(sorted({int(b) for b in sizes}))
 
 
@@ -252,9 +248,11 @@ def _read_layout(module, runner, missing):
 
 
 def _read_limits(runner, missing):
-    """(ServingLimits, fixed-split notes or None) of this runner: capture sizes, requests,
-    chunked prefill, speculative verify / draft decode, deterministic inference."""
-    from guard_core.sizing import ServingLimits
+    """(ServingLimits, fixed-split notes or None) of this runner: the facts SGLang's objects
+    give (capture sizes, requests, chunked prefill, speculation, the draft worker's topk),
+    turned into limits by the core's one rule (``workspace_decision.sglang_runner_limits``,
+    which ``plan`` calls too); deterministic inference on top."""
+    from guard_core.workspace_decision import sglang_runner_limits
 
     from ._log import log
 
@@ -265,17 +263,13 @@ def _read_limits(runner, missing):
     chunk = _server_field(runner, "chunked_prefill_size", "schedule")
     if not chunk or chunk <= 0:
         chunk = _first(_server_field(runner, "max_prefill_tokens", "schedule"), 16384)
-    spec = _server_field(runner, "speculative_algorithm", "spec")
+    spec = bool(_server_field(runner, "speculative_algorithm", "spec"))
     draft_runner = bool(getattr(runner, "is_draft_worker", False))
-    verify_q, per_seq = _speculative(runner, spec, draft_runner, missing)
-    limits = ServingLimits(capture_sizes=captures, max_num_seqs=max_seqs,
-                           max_num_batched_tokens=int(chunk),
-                           draft_tokens=max(0, (verify_q or 1) - 1), verify_q_len=verify_q, eager=True,
-                           max_model_len=getattr(mc, "context_len", None),
-                           decode_requests_per_seq=per_seq,
-                           # the target captures TARGET_VERIFY graphs only when speculating
-                           # (cuda_graph_runner.py 0.5.5:263-277: capture_forward_mode = TARGET_VERIFY)
-                           one_token_graphs=not (spec and not draft_runner))
+    verify_q, topk = _speculative(runner, spec, draft_runner, missing)
+    limits = sglang_runner_limits(capture_sizes=captures, max_num_seqs=max_seqs, chunk=int(chunk),
+                                  max_model_len=getattr(mc, "context_len", None), speculative=spec,
+                                  draft_runner=draft_runner, verify_q=verify_q, topk=topk,
+                                  request_pool=int(pool) if pool else None)
     fixed = None
     if deterministic(runner):
         limits, fixed = _fixed_split_limits(limits, runner)
@@ -285,7 +279,8 @@ def _read_limits(runner, missing):
 
 
 def _speculative(runner, spec, draft_runner, missing):
-    """(verify query length or None, decode requests per sequence)."""
+    """(verify query length or None, the draft worker's EAGLE topk or None), as SGLang's
+    objects say them; ``sglang_runner_limits`` turns them into limits."""
     # speculative verify: SGLang's speculative_num_draft_tokens already counts the
     # verified (bonus) token; a verify request holds exactly that many query tokens
     if spec and draft_runner:
@@ -301,6 +296,5 @@ def _speculative(runner, spec, draft_runner, missing):
         verify_q = int(_server_field(runner, "speculative_num_draft_tokens", "spec") or 0) or None
         if verify_q is None:
             missing.append("speculative_num_draft_tokens")
-        return verify_q, 1
-    return None, 1
-
+        return verify_q, None
+    return None, None

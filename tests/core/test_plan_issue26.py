@@ -71,10 +71,12 @@ SGLANG = ["python", "-m", "sglang.launch_server", "--model-path", LLAMA_8B, "--s
 def test_sglang_eagle_topk_sizes_the_draft_decode_at_topk_x_bs():
     # the draft worker's multi-step backend decodes topk x bs requests (flashinfer_backend.py
     # 0.5.5:1446, 0.5.23:2501 ``bs = self.topk * num_seqs``); the plugin inside SGLang 0.5.23 on
-    # H200 sizes 42,204,672 B for this deployment; plan read neither option and sized 41,742,336 B
+    # H200 sizes 42,204,672 B for this deployment; plan read neither option and sized 41,742,336 B.
+    # --max-running-requests 64: without it SGLang runs 48 requests at most with EAGLE and captures
+    # no graph above 48 (test_sglang_speculation_runs_48_requests_unless_told)
     r = plan_json("--gpu", "h200", "--framework-version", "0.5.23", "--", *SGLANG, "--speculative-eagle-topk", "8",
                   "--speculative-num-steps", "7", "--speculative-num-draft-tokens", "8",
-                  "--cuda-graph-max-bs-decode", "64")
+                  "--cuda-graph-max-bs-decode", "64", "--max-running-requests", "64")
     assert r["need"]["float_bytes"] == 42_204_672
     assert r["need"]["scenario"] == "cuda_graph_decode" and r["need"]["batch"] == 8 * 64
     assert not any("topk" in o or "num-steps" in o for o in r["not_read_options"])
@@ -86,7 +88,8 @@ def test_sglang_eagle_topk_sizes_the_draft_decode_at_topk_x_bs():
 def test_sglang_eagle_without_steps_takes_sglangs_own_choice():
     # auto_choose_speculative_params: (steps, topk, draft tokens) = (5, 4, 8) for LlamaForCausalLM
     # (server_args.py 0.5.5:4187-4189; arg_groups/speculative_hook.py 0.5.23:1440-1441)
-    r = plan_json("--gpu", "h200", "--framework-version", "0.5.23", "--", *SGLANG, "--cuda-graph-max-bs-decode", "64")
+    r = plan_json("--gpu", "h200", "--framework-version", "0.5.23", "--", *SGLANG, "--cuda-graph-max-bs-decode", "64",
+                  "--max-running-requests", "64")
     vals = r["defaults"]["values"]
     assert vals["eagle_topk"]["value"] == 4 and vals["spec_steps"]["value"] == 5
     assert r["limits"]["draft_tokens"] == 7
