@@ -106,7 +106,9 @@ def _fake_sglang_moe_utils():
     return mod
 
 
-def test_sglang_install_uninstall_install(env):
+def _sglang_moe_blocked(env):
+    """SGLang's MoE config stand-in with the guard registered under `on`: the explicit TRT-LLM
+    backend already replaced by triton. (module, server args, plugin, original function)"""
     env(machine="aarch64", FLASHINFER_GUARD_MOE="on")
     mu = _fake_sglang_moe_utils()
     original = mu.initialize_moe_config
@@ -117,6 +119,11 @@ def test_sglang_install_uninstall_install(env):
     assert sp.register() is True
     mu.initialize_moe_config(sa)
     assert mu.MOE_RUNNER_BACKEND.value == "triton"
+    return mu, sa, sp, original
+
+
+def test_sglang_install_uninstall_install(env):
+    mu, sa, sp, original = _sglang_moe_blocked(env)
     sp.uninstall()
     assert not sp.is_registered() and mu.initialize_moe_config is original
     mu.initialize_moe_config(sa)
@@ -250,15 +257,7 @@ def test_vllm_uninstall_forgets_the_moe_decision(env, caplog):
 
 
 def test_sglang_uninstall_forgets_the_moe_decision(env):
-    env(machine="aarch64", FLASHINFER_GUARD_MOE="on")
-    mu = _fake_sglang_moe_utils()
-    sa = types.SimpleNamespace(moe_runner_backend="flashinfer_trtllm", speculative_moe_runner_backend=None,
-                               quantization="fp8")
-    import sglang_guard.plugin as sp
-
-    assert sp.register() is True
-    mu.initialize_moe_config(sa)
-    assert mu.MOE_RUNNER_BACKEND.value == "triton"
+    mu, sa, sp, _ = _sglang_moe_blocked(env)
     sp.uninstall()
     env(machine="aarch64", FLASHINFER_GUARD_MOE="off")
     assert sp.register() is True
