@@ -57,7 +57,6 @@ imports them, and the tensors are handled through their own methods.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import sys
 import threading
@@ -249,20 +248,21 @@ def _buffer_lock(buf) -> threading.RLock:
     return lock
 
 
-def _locked(wrapper) -> contextlib.ExitStack:
-    """Hold the lock of every workspace buffer of ``wrapper``, in one order (float, int, pinned)."""
-    stack = contextlib.ExitStack()
+def _locks_of(wrapper) -> list:
+    """The lock of every workspace buffer of ``wrapper``, in one order (float, int, pinned).
+    On the path of every plan() call: a dict look-up per buffer, the global lock only the
+    first time a buffer is seen."""
+    locks: list = []
     try:
-        seen = set()
-        for attrs in _BUFFERS.values():
-            for attr in attrs:
-                buf = getattr(wrapper, attr, None)
-                if buf is not None and id(buf) not in seen:
-                    seen.add(id(buf))
-                    stack.enter_context(_buffer_lock(buf))
+        for attr in _LOCK_ORDER:
+            buf = getattr(wrapper, attr, None)
+            if buf is not None:
+                lock = _buffer_locks.get(id(buf)) or _buffer_lock(buf)
+                if lock not in locks:
+                    locks.append(lock)
     except Exception:  # a wrapper we cannot read: plan as without us
-        pass
-    return stack
+        return []
+    return locks
 
 
 def _make_plan(orig):
@@ -271,7 +271,10 @@ def _make_plan(orig):
             return orig(self, *args, **kwargs)
         _local.depth = 1
         try:
-            with _locked(self):
+            locks = _locks_of(self)
+            for lock in locks:
+                lock.acquire()
+            try:
                 try:
                     return orig(self, *args, **kwargs)
                 except RuntimeError as exc:
@@ -287,6 +290,9 @@ def _make_plan(orig):
                 if done:
                     return out
                 raise first
+            finally:
+                for lock in reversed(locks):
+                    lock.release()
         finally:
             _local.depth = 0
     return plan
@@ -346,6 +352,7 @@ def _storage_of(buf):
 
 _BUFFERS = {"float": ("_float_workspace_buffer",),
             "int": ("_int_workspace_buffer", "_pin_memory_int_workspace_buffer")}
+_LOCK_ORDER = tuple(a for attrs in _BUFFERS.values() for a in attrs)  # float, int, pinned: one order
 
 
 def _recover(wrapper, orig, args, kwargs, first, info):
