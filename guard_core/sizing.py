@@ -33,7 +33,7 @@ from .gpus import Gpu
 from .units import MIB
 
 __all__ = ["AttentionLayout", "INT_WORKSPACE_BYTES", "Planners", "Requirement", "ServingLimits",
-           "compute_requirement", "decode_blocks_per_sm_bound", "fixed_split_fixes", "largest_fitting_capture",
+           "compute_requirement", "decode_blocks_per_sm_bound", "fixed_split_fixes", "largest_fitting", "largest_fitting_capture",
            "longest_fitting_context", "merge_requirements", "round_up_mib"]
 
 INT_WORKSPACE_BYTES = 8 * MIB  # FlashInfer wrappers' own int buffer
@@ -634,14 +634,20 @@ def merge_requirements(requirements, extra_notes=()) -> Requirement:
 
 def largest_fitting_capture(layout, limits, gpu, version, planners, caller, budget_bytes) -> int:
     """Largest CUDA-graph batch whose decode/verify plans fit ``budget_bytes``."""
-    lo, hi = 0, max(limits.capture_sizes, default=0)
     probe = lambda b: compute_requirement(  # noqa: E731
         layout, replace(limits, capture_sizes=(b,), eager=False), gpu, version, planners, caller).float_bytes
-    if hi and probe(hi) <= budget_bytes:
+    return largest_fitting(max(limits.capture_sizes, default=0), lambda b: probe(b) <= budget_bytes)
+
+
+def largest_fitting(hi: int, fits) -> int:
+    """The largest batch in 0..``hi`` for which ``fits(batch)`` holds (the need grows with the
+    batch), by bisection; 0 when none does."""
+    lo = 0
+    if hi and fits(hi):
         return hi
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if probe(mid) <= budget_bytes:
+        if fits(mid):
             lo = mid
         else:
             hi = mid - 1

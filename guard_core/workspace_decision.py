@@ -21,7 +21,9 @@ from typing import Any
 from .releases import NATIVE_VAR
 
 __all__ = ["FRAMEWORKS", "FrameworkNames", "WorkspaceFacts", "WorkspaceNeed", "WorkspaceOutcome",
-           "need", "decide", "remedies", "vllm_graph_limits", "vllm_reorder_batch_threshold", "vllm_spec_decode_graphs", "sglang_runner_limits", "sglang_capture_sizes", "is_out_of_memory", "assess_fixed_split", "decide_fixed_split"]
+           "need", "decide", "remedies", "is_out_of_memory", "assess_fixed_split", "decide_fixed_split",
+           "vllm_graph_limits", "vllm_reorder_batch_threshold", "vllm_spec_decode_graphs",
+           "sglang_runner_limits", "sglang_capture_sizes"]
 
 
 @dataclass(frozen=True)
@@ -129,17 +131,13 @@ def remedies(facts: WorkspaceFacts, computed: WorkspaceNeed, budget_bytes: int, 
     out: dict = {}
     lim = facts.limits
     if graphs and lim.capture_sizes:
+        from .sizing import largest_fitting
+
         def fits(b: int) -> bool:
             probe = _replace(facts, limits=_replace(lim, capture_sizes=(b,), eager=False))
             return need(probe).requirement.float_bytes <= budget_bytes
 
-        lo, hi = 0, max(lim.capture_sizes)
-        if fits(hi):
-            lo = hi
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
-        out["largest_capture_batch_that_fits"] = lo
+        out["largest_capture_batch_that_fits"] = largest_fitting(max(lim.capture_sizes), fits)
     if fm.features(facts.flashinfer_version).rows_by_query is False:
         out["flashinfer_0_7_1_need_bytes"] = need(_replace(facts, flashinfer_version="0.7.1")).requirement.float_bytes
     return out

@@ -66,7 +66,6 @@ AUTOTUNE = "sglang.srt.model_executor.runner.flashinfer_autotune"
 HOOK_KEY = "sglang_guard.moe."
 
 
-
 @dataclass
 class _State(AdapterState):
     """What the MoE guard remembers in this process (reset by ``uninstall``)."""

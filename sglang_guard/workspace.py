@@ -404,4 +404,3 @@ def unpatch(module) -> bool:
     from guard_core.patching import unwrap_attr
 
     return unwrap_attr(module.FlashInferAttnBackend, "__init__")
-

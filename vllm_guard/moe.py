@@ -95,7 +95,6 @@ MXFP4_CLASSES = ("TrtLlmMxfp4ExpertsBase", "TrtLlmMxfp4ExpertsMonolithic", "TrtL
 GATE = "_supports_current_device"
 
 
-
 @dataclass
 class _State(AdapterState):
     """What the MoE guard remembers in this process (reset by ``uninstall``)."""
