@@ -130,12 +130,15 @@ def _check_config_files(tokens: list[str]) -> None:
     hang it, /dev/zero or an alias bomb exhaust memory. Same refusal line as the built-in reader."""
     from .command_limits import bounded_config_text
 
-    # the token after each "--config", wherever it stands: what both servers open (vLLM
-    # FlexibleArgumentParser._pull_args_from_config, vllm/utils/argparse_utils.py 0.23.0:298,477-489;
-    # SGLang ConfigArgumentMerger._extract_config_file_path, srt/server_args_config_parser.py 0.5.11:84-98)
-    for i, t in enumerate(tokens[:-1]):
-        if t == "--config":
-            bounded_config_text(tokens[i + 1])
+    for path in _config_paths(tokens):
+        bounded_config_text(path)
+
+
+def _config_paths(tokens: list[str]) -> list[str]:
+    """The token after each "--config", wherever it stands: what both servers open (vLLM
+    FlexibleArgumentParser._pull_args_from_config, vllm/utils/argparse_utils.py 0.23.0:298,477-489;
+    SGLang ConfigArgumentMerger._extract_config_file_path, srt/server_args_config_parser.py 0.5.11:84-98)."""
+    return [tokens[i + 1] for i, t in enumerate(tokens[:-1]) if t == "--config"]
 
 
 def _refusal(label: str, tokens: list[str], exc: BaseException):
@@ -143,7 +146,7 @@ def _refusal(label: str, tokens: list[str], exc: BaseException):
     parser's own message with its line breaks folded (PyYAML's messages span several lines)."""
     from .command_limits import LaunchError
 
-    configs = [tokens[i + 1] for i, t in enumerate(tokens[:-1]) if t == "--config"]
+    configs = _config_paths(tokens)
     where = f" (--config {configs[0]!r})" if configs else ""
     msg = " ".join(str(exc).split())
     if not isinstance(exc, (_Refused, ValueError, AssertionError, OSError)):
