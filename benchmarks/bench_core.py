@@ -47,7 +47,7 @@ def bench_imports(n: int) -> None:
              "assert not [m for m in ('torch','flashinfer','vllm','sglang') if m in sys.modules], sys.modules.keys();"
              "print(d*1e3)")
     base = statistics.median(_fresh(timer.format(imp="pass"), n))
-    mods = ["guard_core", "guard_core.sizing, guard_core.decisions, guard_core.patching, guard_core.settings"]
+    mods = ["guard_core", "guard_core.flashinfer.sizing, guard_core.decide.records, guard_core.runtime.wrapping, guard_core.runtime.settings"]
     for ep in ("vllm_guard.plugin", "sglang_guard.plugin"):
         if (ROOT / ep.replace(".", "/")).with_suffix(".py").exists():
             mods.append(ep)
@@ -57,9 +57,9 @@ def bench_imports(n: int) -> None:
 
 
 def bench_envelope() -> None:
-    from guard_core.server_defaults import vllm_capture_grid
+    from guard_core.deployment.server_defaults import vllm_capture_grid
     from guard_core.gpus import lookup_gpu
-    from guard_core.sizing import AttentionLayout, ServingLimits, compute_requirement
+    from guard_core.flashinfer.sizing import AttentionLayout, ServingLimits, compute_requirement
 
     print("== one serving envelope (vLLM default capture list up to 512, eager decode and prefill)")
     layout = AttentionLayout(32, 2, 256, page_size=16)
@@ -74,8 +74,8 @@ def bench_envelope() -> None:
 
 
 def bench_grid(releases: list[str]) -> None:
-    from guard_core import flashinfer_model as fm
-    from guard_core.sizing import round_up_mib
+    from guard_core.flashinfer import planner as fm
+    from guard_core.flashinfer.sizing import round_up_mib
     from tests.conformance import grid as G
     from tests.conformance import oracle as O
 

@@ -18,7 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from guard_core import cli  # noqa: E402
+from guard_core.commands import cli  # noqa: E402
 
 LINES = ("0.5.5", "0.5.11", "0.5.15", "0.5.20", "0.5.22", "0.5.23")
 CONTEXTS = (8192, 32768, 131072)

@@ -46,7 +46,7 @@ CASES = [
 
 def plan(args: list[str]) -> dict:
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    p = subprocess.run([sys.executable, "-m", "guard_core.cli", "plan", "--json", *args], capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "guard_core.commands.cli", "plan", "--json", *args], capture_output=True,
                        text=True, cwd=repo, env=dict(os.environ, PYTHONPATH=repo))
     if p.returncode != 0:
         raise SystemExit(f"plan {' '.join(args)} failed: {p.stderr.strip()}")

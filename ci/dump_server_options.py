@@ -8,10 +8,10 @@ Run with a framework environment's python (it imports vLLM or SGLang):
     PYTHONPATH=/tmp/sglang-0.5.5-unzipped .../envs/sglang-0.5.23/bin/python ci/dump_server_options.py sglang 0.5.5
 
 (the second form reads an uninstalled pure-Python release's own source). It writes
-guard_core/server_options/<framework>-<version>.json: every option of
+guard_core/deployment/server_options/<framework>-<version>.json: every option of
 ``vllm serve`` (vLLM's ServeSubcommand parser) or of ``python -m
 sglang.launch_server`` (``ServerArgs.add_cli_args``) with its option strings,
-destination, nargs and action kind, so that ``guard_core.launch_command`` can rebuild
+destination, nargs and action kind, so that ``guard_core.deployment.launch_command`` can rebuild
 the same argparse parser (aliases, abbreviations, lists, flags) where the
 server is not installed. tests/vllm/test_launch_parser.py and
 tests/sglang/test_launch_parser.py check that the committed file equals what the
@@ -27,7 +27,7 @@ import sys
 from importlib import metadata
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.join(os.path.dirname(HERE), "guard_core", "server_options")
+OUT = os.path.join(os.path.dirname(HERE), "guard_core", "deployment", "server_options")
 
 
 def _kind(action) -> str:
@@ -104,9 +104,9 @@ def table(parser) -> dict:
 
 
 def vllm_parser():
-    """The `vllm serve` subparser, built as guard_core.server_parsers builds it for `plan`."""
+    """The `vllm serve` subparser, built as guard_core.deployment.server_parsers builds it for `plan`."""
     sys.path.insert(0, os.path.dirname(HERE))
-    from guard_core.server_parsers import _vllm_parser
+    from guard_core.deployment.server_parsers import _vllm_parser
     return _vllm_parser()[1]
 
 

@@ -14,7 +14,7 @@
 # stubs (real device SM count, compute capability, shared-memory limits, and the occupancy of
 # FlashInfer's real decode kernel compiled for this GPU) and with them; runs the conformance grid
 # plus the two seed shapes with this device's values through both and through
-# guard_core.flashinfer_model.run_planner; prints "N requests, N equal" for real-vs-stub and
+# guard_core.flashinfer.planner.run_planner; prints "N requests, N equal" for real-vs-stub and
 # real-vs-model with the first differences. Exit 0 only if all are equal. Budget: < 8 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."

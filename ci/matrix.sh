@@ -21,8 +21,8 @@
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$FG_REPO"
-# every checked line, from the one list (guard_core.releases.CHECKED_LINES)
-all="$(python3 -m guard_core.releases --lines)" || { echo "cannot read the checked lines"; exit 2; }
+# every checked line, from the one list (guard_core.flashinfer.releases.CHECKED_LINES)
+all="$(python3 -m guard_core.flashinfer.releases --lines)" || { echo "cannot read the checked lines"; exit 2; }
 lines=("$@")
 [ ${#lines[@]} -gt 0 ] || read -r -a lines <<< "$all"
 out="${FLASHINFER_GUARD_MATRIX_DIR:-$FG_REPO/.reports/matrix}"

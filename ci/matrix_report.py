@@ -19,7 +19,7 @@ from pathlib import Path
 
 MIB = 1 << 20
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from guard_core.releases import matrix_lines  # noqa: E402  (the one list of checked lines)
+from guard_core.flashinfer.releases import matrix_lines  # noqa: E402  (the one list of checked lines)
 
 ORDER = list(matrix_lines())
 HEADER = ("| line | FlashInfer | torch | suite | planner, byte for byte | workspace, Qwen3.5-397B shape | workspace, Qwen3-VL-32B shape "

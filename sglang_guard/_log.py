@@ -3,12 +3,12 @@
 SGLang's modules log through the root logger, whose format SGLang sets
 (``configure_logger``); the product's logger ``flashinfer_guard`` propagates
 there, and every line carries the ``[flashinfer-guard]`` tag. The factory is
-guard_core.logs.LazyGuardLog, shared with the vLLM adapter.
+guard_core.runtime.logs.LazyGuardLog, shared with the vLLM adapter.
 """
 
 from __future__ import annotations
 
-from guard_core.logs import LOGGER_NAME, LazyGuardLog
+from guard_core.runtime.logs import LOGGER_NAME, LazyGuardLog
 
 _LOG = LazyGuardLog(LOGGER_NAME)
 
@@ -24,7 +24,7 @@ def reset_log() -> None:
 
 def announce_line() -> None:
     """Say once, when a patch target is first imported, if this SGLang lies outside
-    the checked lines (guard_core.releases.CHECKED_LINES)."""
-    from guard_core.releases import announce
+    the checked lines (guard_core.flashinfer.releases.CHECKED_LINES)."""
+    from guard_core.flashinfer.releases import announce
 
     announce("sglang", log())

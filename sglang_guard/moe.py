@@ -1,13 +1,13 @@
 """The TRT-LLM fused-MoE guard inside SGLang.
 
-What it does per op comes from the evidence table (guard_core.moe_evidence) for
+What it does per op comes from the evidence table (guard_core.flashinfer.moe_evidence) for
 the GPU (guard_core.gpus.detect_gpu: SM10x only), the installed FlashInfer and the
-host, read into a ``guard_core.moe_decision.MoeFacts``; the core's one
-``MoeOutcome`` (``guard_core.moe_decision.decide``) is applied here. Where SGLang makes ``moe_runner_backend`` /
+host, read into a ``guard_core.decide.moe.MoeFacts``; the core's one
+``MoeOutcome`` (``guard_core.decide.moe.decide``) is applied here. Where SGLang makes ``moe_runner_backend`` /
 ``speculative_moe_runner_backend`` ``flashinfer_trtllm`` and the decision blocks
 (Grace + SM10x + FlashInfer < 0.6.16 by default, any SM10x host under ``strict``),
 the guard puts the next backend SGLang accepts for that quantization instead
-(``guard_core.moe_decision.fallback_backend``) and says so in one warning line; an explicit user request is
+(``guard_core.decide.moe.fallback_backend``) and says so in one warning line; an explicit user request is
 replaced the same way and the line says it was the user's. Where the table only
 warns (any host before 0.6.16) or notes open reports (BF16 from 0.6.16), the
 backend is kept and one line says so. Under ``strict`` the BF16 op's autotune sweep
@@ -36,7 +36,7 @@ runner backends the MoE layers read) the same replacement, plus NVFP4 with
 ``flashinfer_cutlass`` explicitly.
 
 The patch points are rows of dotted targets with feature checks (the table at the
-end, ``guard_core.patch_table``), undone by ``uninstall()``. A target missing where
+end, ``guard_core.runtime.patch_table``), undone by ``uninstall()``. A target missing where
 the guard is needed: one warning naming it and the line;
 where nothing is needed: a debug line. Stand-downs on hosts the bug never
 affects (x86 with ``auto``): debug lines.
@@ -47,9 +47,9 @@ from __future__ import annotations
 import platform
 from dataclasses import dataclass, field
 
-from guard_core.lifecycle import AdapterState
-from guard_core.patch_table import PatchTable, Wrap
-from guard_core.patching import guarded
+from guard_core.runtime.lifecycle import AdapterState
+from guard_core.runtime.patch_table import PatchTable, Wrap
+from guard_core.runtime.wrapping import guarded
 
 from ._log import announce_line, log
 
@@ -90,7 +90,7 @@ def _gpu_sm():
 
 def facts(op=None, sm=None, can_skip_autotune=None):
     """What the MoE decision for ``op`` reads from this process (a guard_core MoeFacts)."""
-    from guard_core.moe_decision import MoeFacts
+    from guard_core.decide.moe import MoeFacts
     from guard_core.versions import flashinfer_version
 
     return MoeFacts("sglang", platform.machine(), flashinfer_version(), sm, op, can_skip_autotune,
@@ -99,8 +99,8 @@ def facts(op=None, sm=None, can_skip_autotune=None):
 
 def decision(op=None, gpu="live", can_skip_autotune=None):
     """The MoE outcome for ``op`` (None: every op) on this GPU (``gpu=None``: unknown)."""
-    from guard_core.moe_decision import decide
-    from guard_core.settings import get_settings
+    from guard_core.decide.moe import decide
+    from guard_core.runtime.settings import get_settings
 
     sm = _gpu_sm() if gpu == "live" else gpu
     key = (op, sm, can_skip_autotune)
@@ -110,9 +110,9 @@ def decision(op=None, gpu="live", can_skip_autotune=None):
 
 
 def _op(field, quantization):
-    """The op a runner field's MoE runs (guard_core.moe_decision.op_of); the speculative
+    """The op a runner field's MoE runs (guard_core.decide.moe.op_of); the speculative
     field of an unquantized or FP4 checkpoint is BF16 (its NextN/MTP drafter MoE)."""
-    from guard_core.moe_decision import op_of
+    from guard_core.decide.moe import op_of
 
     return op_of("sglang", quantization, speculative=field == "speculative_moe_runner_backend")
 
@@ -129,8 +129,8 @@ def uninstall() -> None:
 
 
 def _fallback(backend: str, quantization) -> str:
-    """The backend SGLang accepts next for this quantization (guard_core.moe_decision)."""
-    from guard_core.moe_decision import fallback_backend
+    """The backend SGLang accepts next for this quantization (guard_core.decide.moe)."""
+    from guard_core.decide.moe import fallback_backend
 
     return fallback_backend("sglang", backend, quantization)
 
@@ -141,7 +141,7 @@ def _is_trtllm(value) -> bool:
 
 
 def _missing(target: str) -> None:
-    from guard_core.releases import line_label
+    from guard_core.flashinfer.releases import line_label
 
     log().missing_target("moe", target, line_label("sglang"), needed=decision(gpu=None).needed)
 
@@ -212,7 +212,7 @@ def guard_config(sa) -> list:
     """Replace a TRT-LLM MoE runner backend SGLang resolved so far where the decision for
     its op blocks (returns the fields changed); where the table only warns or notes, or
     strict skips the BF16 autotune sweep (get_flashinfer_autotune_skip_ops, below), say so."""
-    from guard_core.moe_evidence import BF16_AUTOTUNE_OP
+    from guard_core.flashinfer.moe_evidence import BF16_AUTOTUNE_OP
 
     changed = []
     for f in FIELDS:
@@ -456,7 +456,7 @@ def _add_bf16_skip(skip):
     set from that option and its own workaround list)."""
     from sglang.srt.runtime_context import get_exec
 
-    from guard_core.moe_evidence import BF16_AUTOTUNE_OP
+    from guard_core.flashinfer.moe_evidence import BF16_AUTOTUNE_OP
 
     if decision("bf16", can_skip_autotune=True).action != "skip_autotune":
         return skip
@@ -465,7 +465,7 @@ def _add_bf16_skip(skip):
     return set(skip or ()) | {BF16_AUTOTUNE_OP}
 
 
-# ------------------------------- the patch table: one row per SGLang module (guard_core.patch_table)
+# ------------------------------- the patch table: one row per SGLang module (guard_core.runtime.patch_table)
 
 def _callable(name):
     return lambda owner, module: callable(getattr(owner, name, None))

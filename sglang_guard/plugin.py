@@ -1,7 +1,7 @@
 """register(): the single entry of the SGLang adapter; uninstall() undoes it.
 
 Cheap and idempotent: reads the FLASHINFER_GUARD_* settings and installs lazy
-post-import hooks (guard_core.patching.when_imported). Nothing heavy is
+post-import hooks (guard_core.runtime.wrapping.when_imported). Nothing heavy is
 imported here; the hooks wrap their targets when SGLang itself imports them,
 and each wrapper logs its decision when it takes effect (in scheduler
 processes SGLang configures logging only after plugins load).
@@ -65,12 +65,12 @@ def _say_failed(exc: BaseException) -> None:
 
 def register(source: str = "entry_point") -> bool:
     """Install the SGLang hooks once per process. Returns True when active
-    (the contract of guard_core.lifecycle; SGLang's loader ignores it). Never raises:
+    (the contract of guard_core.runtime.lifecycle; SGLang's loader ignores it). Never raises:
     a half-installed or shadowed guard_core costs one warning naming the cause."""
     try:
         if _import_error is not None:
             raise _import_error
-        from guard_core import lifecycle
+        from guard_core.runtime import lifecycle
 
         return lifecycle.register(sys.modules[__name__], lambda: _register(source), _say_failed)
     except Exception as exc:  # the install itself is broken: nothing of ours can be trusted
@@ -80,7 +80,7 @@ def register(source: str = "entry_point") -> bool:
 
 def _register(source: str) -> bool:
     global _source
-    from guard_core.settings import get_settings
+    from guard_core.runtime.settings import get_settings
 
     settings = get_settings()
     if not settings.enabled:
@@ -101,7 +101,7 @@ def uninstall() -> None:
     """Undo every patch and post-import hook of this process; ``register()`` installs
     again afterwards (tests; never raises)."""
     global _source
-    from guard_core import lifecycle
+    from guard_core.runtime import lifecycle
 
     lifecycle.uninstall(sys.modules[__name__], _teardown)
     _source = None

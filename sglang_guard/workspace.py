@@ -5,7 +5,7 @@ For each backend SGLang builds, the wrapper around ``FlashInferAttnBackend.__ini
 
 1. gathers the facts (workspace_facts.read: the attention, the serving limits,
    the GPU, FlashInfer's version) and asks guard_core for the need once
-   (guard_core.workspace_decision.need; a fact it cannot read is sized both ways,
+   (guard_core.decide.workspace.need; a fact it cannot read is sized both ways,
    the larger need kept, and named in one warning);
 2. applies the decision once, in ``_Apply``: SGLang's own ``__init__`` runs
    unchanged, except that while it runs the ``SGLANG_FLASHINFER_WORKSPACE_SIZE``
@@ -31,11 +31,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from guard_core.lifecycle import AdapterState
-from guard_core.patch_table import PatchTable, Wrap
-from guard_core.releases import NATIVE_VAR as _NATIVE_VARS
+from guard_core.runtime.lifecycle import AdapterState
+from guard_core.runtime.patch_table import PatchTable, Wrap
+from guard_core.flashinfer.releases import NATIVE_VAR as _NATIVE_VARS
 from guard_core.units import nbytes
-from guard_core.workspace_decision import is_out_of_memory
+from guard_core.decide.workspace import is_out_of_memory
 
 from ._log import log
 
@@ -51,7 +51,7 @@ class WorkspaceRecord:
     """One FlashInferAttnBackend of this process: what was gathered, the need, and the
     decision applied."""
 
-    facts: Any  # guard_core.workspace_decision.WorkspaceFacts
+    facts: Any  # guard_core.decide.workspace.WorkspaceFacts
     need: Any = None  # its WorkspaceNeed (None with FLASHINFER_GUARD_WORKSPACE=off)
     fixed_split: bool = False  # deterministic inference: decided by decide_fixed_split
     device: Any = None
@@ -101,8 +101,8 @@ def remember_user_size(environ) -> None:
 
 def _gather(module, runner) -> WorkspaceRecord | None:
     """The facts for this backend and guard_core's need over them (once per backend)."""
-    from guard_core import workspace_decision
-    from guard_core.settings import get_settings
+    from guard_core.decide import workspace as workspace_decision
+    from guard_core.runtime.settings import get_settings
 
     from . import workspace_facts
 
@@ -123,8 +123,8 @@ def _requirement(rec: WorkspaceRecord):
 
 def _decide(rec: WorkspaceRecord, server_bytes: int):
     """guard_core's decision for the size SGLang asked with (the need is the record's)."""
-    from guard_core import workspace_decision
-    from guard_core.settings import get_settings
+    from guard_core.decide import workspace as workspace_decision
+    from guard_core.runtime.settings import get_settings
 
     server_bytes = int(server_bytes)
     rec.server_bytes.append(server_bytes)
@@ -134,7 +134,7 @@ def _decide(rec: WorkspaceRecord, server_bytes: int):
     if rec.fixed_split and _requirement(rec) is not None:
         a = rec.assessed.get(server_bytes)
         if a is None:
-            from guard_core.fixed_split import gpu_memory_bytes
+            from guard_core.decide.fixed_split import gpu_memory_bytes
 
             a = workspace_decision.assess_fixed_split(rec.facts, rec.need, server_bytes=server_bytes,
                                                       settings=settings,
@@ -223,7 +223,7 @@ class _Apply:
     def run(self, orig, backend, args, kwargs):
         """SGLang's ``__init__`` under the decided size; where the device cannot hold it
         (e.g. FLASHINFER_GUARD_WORKSPACE=200GiB), SGLang's own size and one warning."""
-        from guard_core.patching import guarded
+        from guard_core.runtime.wrapping import guarded
 
         entered = guarded(log(), "workspace.apply", "workspace sizing", self.enter, default=False)
         try:
@@ -274,7 +274,7 @@ def _applies(backend) -> bool:
 
 def _make_init(orig, module):
     def __init__(self, model_runner, *args, **kwargs):
-        from guard_core.patching import guarded
+        from guard_core.runtime.wrapping import guarded
 
         if not _applies(self):
             return orig(self, model_runner, *args, **kwargs)
@@ -291,7 +291,7 @@ def _make_init(orig, module):
 
 def _make_load_model(orig, module):
     def load_model(self, *args, **kwargs):
-        from guard_core.patching import guarded
+        from guard_core.runtime.wrapping import guarded
 
         guarded(log(), "workspace.early", "deterministic pre-check", early_fixed_split_check, self)
         return orig(self, *args, **kwargs)
@@ -308,9 +308,9 @@ def early_fixed_split_check(runner):
     Returns the assessment (or None where the mode or FlashInfer is not in play)."""
     import types
 
-    from guard_core import workspace_decision
-    from guard_core.fixed_split import SGLANG_FORCED_BYTES, gpu_memory_bytes
-    from guard_core.settings import get_settings
+    from guard_core.decide import workspace as workspace_decision
+    from guard_core.decide.fixed_split import SGLANG_FORCED_BYTES, gpu_memory_bytes
+    from guard_core.runtime.settings import get_settings
 
     from . import workspace_facts
 
@@ -344,7 +344,7 @@ def _has_size_field(owner, module) -> bool:
 
 
 def _say_backend_missing(target: str) -> None:
-    from guard_core import releases
+    from guard_core.flashinfer import releases
     from guard_core.versions import flashinfer_version
 
     where = target.removesuffix(".__init__")
@@ -359,15 +359,15 @@ def _say_runner_missing(target: str) -> None:
 
 def _install_safety_net(module) -> None:
     """After the wrap: whatever the model might still miss, an overflowing plan() gets a
-    buffer that fits (guard_core.safety_net)."""
-    from guard_core import safety_net
+    buffer that fits (guard_core.runtime.safety_net)."""
+    from guard_core.runtime import safety_net
 
     if get_settings_workspace() != "off":
         safety_net.install(log())
 
 
 def get_settings_workspace() -> str:
-    from guard_core.settings import get_settings
+    from guard_core.runtime.settings import get_settings
 
     return get_settings().workspace
 
@@ -391,7 +391,7 @@ def install() -> None:
 
 def uninstall() -> None:
     """Undo this module's patches and the safety net (the adapter's uninstall)."""
-    from guard_core import safety_net
+    from guard_core.runtime import safety_net
 
     _TABLE.undo()
     safety_net.uninstall()
@@ -401,6 +401,6 @@ def uninstall() -> None:
 def unpatch(module) -> bool:
     """Take the wrapper off ``module.FlashInferAttnBackend.__init__`` (tests: SGLang's own
     sizing again in the same process)."""
-    from guard_core.patching import unwrap_attr
+    from guard_core.runtime.wrapping import unwrap_attr
 
     return unwrap_attr(module.FlashInferAttnBackend, "__init__")

@@ -1,7 +1,7 @@
 """Gathering facts: what SGLang's model runner says about one FlashInferAttnBackend.
 
 ``read(module, runner)`` describes the backend's attention in framework-free terms
-(guard_core.workspace_decision.WorkspaceFacts): heads per attention-TP rank, head
+(guard_core.decide.workspace.WorkspaceFacts): heads per attention-TP rank, head
 dims, page size, KV dtype, whether decode runs on tensor cores (SGLang's own
 ``should_use_tensor_core``, as its backend takes it), the decode CUDA-graph batch
 sizes, speculative draft tokens, chunked prefill, deterministic inference's split
@@ -28,7 +28,7 @@ class BackendFacts:
     """What one backend's runner says: the core's facts record, and what the apply and
     the fixed-split decision need besides."""
 
-    workspace: Any  # guard_core.workspace_decision.WorkspaceFacts
+    workspace: Any  # guard_core.decide.workspace.WorkspaceFacts
     fixed_split: bool = False  # deterministic inference: SGLang plans with fixed split sizes
     device: Any = None  # the runner's device (its memory bounds the fixed-split buffer)
 
@@ -37,9 +37,9 @@ def read(module, runner) -> BackendFacts | None:
     """The facts of the backend SGLang builds in ``module`` (its flashinfer_backend, or a
     stand-in with ``should_use_tensor_core``) for ``runner``; None, with one info line,
     where FlashInfer is not installed or no CUDA GPU is visible (nothing to size)."""
-    from guard_core import workspace_decision
+    from guard_core.decide import workspace as workspace_decision
     from guard_core.gpus import detect_gpu
-    from guard_core.planner_choice import PlannerFacts
+    from guard_core.flashinfer.planner_choice import PlannerFacts
     from guard_core.versions import flashinfer_version
 
     from ._log import log
@@ -199,7 +199,7 @@ def _fixed_split_limits(limits, runner):
     import os
     from dataclasses import replace
 
-    from guard_core.fixed_split import split_sizes_from_env
+    from guard_core.decide.fixed_split import split_sizes_from_env
 
     prefill, decode, notes = split_sizes_from_env(os.environ)
     pool = getattr(runner, "max_total_num_tokens", None)
@@ -214,8 +214,8 @@ def _fixed_split_limits(limits, runner):
 
 def _read_layout(module, runner, missing):
     """(AttentionLayout, KV dtype, KV widths to size when unknown, tensor-core decode) of this rank."""
-    from guard_core.planner_choice import dtype_bytes, dtype_kind
-    from guard_core.sizing import AttentionLayout
+    from guard_core.flashinfer.planner_choice import dtype_bytes, dtype_kind
+    from guard_core.flashinfer.sizing import AttentionLayout
 
     mc = runner.model_config
     tp, dcp = _attn_tp_size()
@@ -252,7 +252,7 @@ def _read_limits(runner, missing):
     give (capture sizes, requests, chunked prefill, speculation, the draft worker's topk),
     turned into limits by the core's one rule (``workspace_decision.sglang_runner_limits``,
     which ``plan`` calls too); deterministic inference on top."""
-    from guard_core.workspace_decision import sglang_runner_limits
+    from guard_core.decide.workspace import sglang_runner_limits
 
     from ._log import log
 

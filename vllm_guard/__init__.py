@@ -9,7 +9,7 @@ Importing this package is cheap: no torch, flashinfer or vLLM internals.
 """
 
 try:
-    from guard_core.logs import logger_name
+    from guard_core.runtime.logs import logger_name
 
     LOGGER_NAME = logger_name("vllm")
 except Exception:  # a broken or shadowed guard_core: plugin.register() says so, once

@@ -1,8 +1,8 @@
-"""The adapter's one logger: vLLM's own format, one line per decision (guard_core.logs.LazyGuardLog)."""
+"""The adapter's one logger: vLLM's own format, one line per decision (guard_core.runtime.logs.LazyGuardLog)."""
 
 from __future__ import annotations
 
-from guard_core.logs import LazyGuardLog
+from guard_core.runtime.logs import LazyGuardLog
 
 from . import LOGGER_NAME
 
@@ -27,7 +27,7 @@ def reset_log() -> None:
 
 def announce_line() -> None:
     """Say once, when a patch target is first imported (vLLM's logging is set up by
-    then), if this vLLM lies outside the checked lines (guard_core.releases)."""
-    from guard_core.releases import announce
+    then), if this vLLM lies outside the checked lines (guard_core.flashinfer.releases)."""
+    from guard_core.flashinfer.releases import announce
 
     announce("vllm", get_log())

@@ -3,7 +3,7 @@
     python -m vllm_guard.model_reader CONFIG_DIR_OR_FILE [--tp 1 --tp 8]
 
 prints one JSON line: ``{"ok": true, "groups": {tp: [...]}, ...}`` or
-``{"ok": false, "refusal": "one line"}``. ``guard_core.plan_report`` runs it in a
+``{"ok": false, "refusal": "one line"}``. ``guard_core.commands.plan_report`` runs it in a
 subprocess (vLLM's import and its log lines stay out of the plan's output), and
 the corpus test compares it with the built-in reader.
 
@@ -223,7 +223,7 @@ def _layer_shape(m, pc, tp: int, i: int, k: str, q: int, kv: int, hd: int):
 
 
 def main(argv=None) -> int:
-    from guard_core.groups import reader_main
+    from guard_core.deployment.groups import reader_main
 
     return reader_main(read, "vLLM", "python -m vllm_guard.model_reader", argv)
 

@@ -1,10 +1,10 @@
 """MoE guard: keep vLLM off FlashInfer's TRT-LLM fused MoE where it crashes.
 
-What it does comes from the evidence table (guard_core.moe_evidence), per op, for
+What it does comes from the evidence table (guard_core.flashinfer.moe_evidence), per op, for
 the GPU vLLM's platform reports (SM10x only; NVML, no CUDA initialisation), the
 installed FlashInfer and the host: this module reads them into a
-``guard_core.moe_decision.MoeFacts`` and applies the one ``MoeOutcome`` the core
-returns (``guard_core.moe_decision.decide``):
+``guard_core.decide.moe.MoeFacts`` and applies the one ``MoeOutcome`` the core
+returns (``guard_core.decide.moe.decide``):
 
 - warn (default, any host, SM10x, FlashInfer < 0.6.16): one WARNING when vLLM
   asks whether the TRT-LLM routed MoE is available (it stays available);
@@ -37,7 +37,7 @@ returns (``guard_core.moe_decision.decide``):
   are hidden from it so that its auto-selection picks the next backend.
 
 Targets are dotted paths with a feature check, one row per vLLM module in the
-patch table at the end (``guard_core.patch_table``), undone by ``uninstall()``.
+patch table at the end (``guard_core.runtime.patch_table``), undone by ``uninstall()``.
 A missing one where the guard is needed is one
 warning naming the target and the line; where nothing is needed, a debug line.
 The stand-down on a host the bug never affects (x86 with ``auto``) is a debug
@@ -48,9 +48,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from guard_core.lifecycle import AdapterState
-from guard_core.patch_table import PatchTable, Wrap
-from guard_core.patching import guarded
+from guard_core.runtime.lifecycle import AdapterState
+from guard_core.runtime.patch_table import PatchTable, Wrap
+from guard_core.runtime.wrapping import guarded
 
 from ._log import get_log
 
@@ -140,8 +140,8 @@ def facts(op: str | None = None, sm=None):
     """What the MoE decision for ``op`` reads from this process (a guard_core MoeFacts)."""
     import platform
 
-    from guard_core.moe_decision import MoeFacts
-    from guard_core.settings import get_settings
+    from guard_core.decide.moe import MoeFacts
+    from guard_core.runtime.settings import get_settings
     from guard_core.versions import flashinfer_version
 
     can_skip = _can_skip_autotune() if op == "bf16" and get_settings().moe == "strict" else None
@@ -152,8 +152,8 @@ def facts(op: str | None = None, sm=None):
 def decision(op: str | None = None, gpu="live"):
     """The MoE outcome for ``op`` (None: the gate every TRT-LLM op shares) on this GPU
     (``gpu=None``: before the GPU is known, as for a GPU that reaches the path)."""
-    from guard_core.moe_decision import decide
-    from guard_core.settings import get_settings
+    from guard_core.decide.moe import decide
+    from guard_core.runtime.settings import get_settings
 
     sm = _gpu_sm() if gpu == "live" else gpu
     key = (op, sm)
@@ -217,7 +217,7 @@ def _considered(o, op_name: str) -> None:
 
 
 def _skip_text() -> str:
-    from guard_core.moe_evidence import BF16_AUTOTUNE_OP
+    from guard_core.flashinfer.moe_evidence import BF16_AUTOTUNE_OP
 
     user = _user_skip_ops()
     if user is None:
@@ -230,7 +230,7 @@ def _skip_text() -> str:
 
 
 def _not_applicable(target: str, needed: bool = True, op: str | None = None) -> None:
-    from guard_core.releases import line_label
+    from guard_core.flashinfer.releases import line_label
 
     o = potential(op)
     get_log().missing_target("moe", target, line_label("vllm"), needed=o.needed if needed else None)
@@ -385,7 +385,7 @@ def _add_bf16_skip(skip):
     """vLLM's own skip set plus the BF16 op, where strict asks for it and the user did not
     set VLLM_FLASHINFER_AUTOTUNE_SKIP_OPS (vLLM 0.33 warmup/kernel_warmup.py:299-301 reads
     it; None means "skip nothing")."""
-    from guard_core.moe_evidence import BF16_AUTOTUNE_OP
+    from guard_core.flashinfer.moe_evidence import BF16_AUTOTUNE_OP
 
     o = decision("bf16")
     if o.action != "skip_autotune" or _user_skip_ops() is not None:
@@ -497,7 +497,7 @@ def _make_create_engine_config(orig, module):
 
 def _op_of(model_config):
     """The TRT-LLM MoE op a model's experts run, from its quantization (None: unknown)."""
-    from guard_core.moe_decision import op_of
+    from guard_core.decide.moe import op_of
 
     if model_config is None:
         return None
@@ -528,7 +528,7 @@ def rewrite_moe_backend(config) -> list[str]:
     return changed
 
 
-# --- the patch table: one row per vLLM module (guard_core.patch_table) ----------------
+# --- the patch table: one row per vLLM module (guard_core.runtime.patch_table) ----------------
 
 def _callable(name):
     return lambda owner, module: callable(getattr(owner, name, None))

@@ -51,13 +51,13 @@ def _say_failed(exc: BaseException) -> None:
 
 def register() -> bool:
     """Install flashinfer-guard into this vLLM process (idempotent, never raises).
-    Returns True when active (the contract of guard_core.lifecycle; vLLM ignores it).
+    Returns True when active (the contract of guard_core.runtime.lifecycle; vLLM ignores it).
 
     vLLM calls this outside any ``try``: even a half-installed or shadowed
     guard_core (a module missing, empty, truncated; an unrelated package of the
     same name earlier on sys.path) only costs one warning naming the cause."""
     try:
-        from guard_core import lifecycle
+        from guard_core.runtime import lifecycle
 
         return lifecycle.register(sys.modules[__name__], _register, _say_failed)
     except Exception as exc:  # the install itself is broken: nothing of ours can be trusted
@@ -66,7 +66,7 @@ def register() -> bool:
 
 
 def _register() -> bool:
-    from guard_core.settings import get_settings
+    from guard_core.runtime.settings import get_settings
 
     settings = get_settings()
     if settings.warnings:
@@ -89,7 +89,7 @@ def is_registered() -> bool:
 def uninstall() -> None:
     """Undo every patch and post-import hook of this process; ``register()`` installs
     again afterwards (tests; never raises)."""
-    from guard_core import lifecycle
+    from guard_core.runtime import lifecycle
 
     lifecycle.uninstall(sys.modules[__name__], _teardown)
 

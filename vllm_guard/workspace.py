@@ -17,10 +17,10 @@ source raised; where vLLM's own size is enough it is left alone.
 
 from __future__ import annotations
 
-from guard_core.patch_table import PatchTable, Wrap
-from guard_core.patching import guarded
+from guard_core.runtime.patch_table import PatchTable, Wrap
+from guard_core.runtime.wrapping import guarded
 from guard_core.units import nbytes
-from guard_core.workspace_decision import is_out_of_memory
+from guard_core.decide.workspace import is_out_of_memory
 
 from . import workspace_facts
 from ._log import get_log
@@ -38,13 +38,13 @@ def install(settings) -> None:
         return
     _TABLE.install()
     # whatever the model might still miss: an overflowing plan() gets a buffer that fits
-    from guard_core import safety_net
+    from guard_core.runtime import safety_net
 
     safety_net.install(get_log())
 
 
 def uninstall() -> None:
-    from guard_core import safety_net
+    from guard_core.runtime import safety_net
 
     _TABLE.undo()
     _OFF_TABLE.undo()
@@ -89,7 +89,7 @@ def _callable(name):
 
 
 def _missing(target: str) -> None:
-    from guard_core import releases
+    from guard_core.flashinfer import releases
     from guard_core.versions import flashinfer_version
 
     get_log().missing_target("workspace", target, releases.line_label("vllm"),

@@ -4,13 +4,13 @@ The first of the workspace guard's two parts (the second, the patch rows and the
 one apply, is ``vllm_guard.workspace``): everything the core needs is read from
 the builder and its own ``vllm_config`` (``get_current_vllm_config()`` is not
 reliable there) and from vLLM's size source, then handed to
-``guard_core.workspace_decision.decide`` once per builder. Nothing here changes
+``guard_core.decide.workspace.decide`` once per builder. Nothing here changes
 a buffer.
 
 The public seam (tests use it; the apply uses the same functions):
 
 - ``read_facts(builder, gpu, flashinfer_version)``: the builder as a
-  ``guard_core.workspace_decision.WorkspaceFacts`` (what could be read, and the
+  ``guard_core.decide.workspace.WorkspaceFacts`` (what could be read, and the
   names of what could not);
 - ``server_bytes(builder, module)``: what vLLM would allocate, and the user's own
   size where it decides;
@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from guard_core.releases import NATIVE_VAR as _NATIVE_VARS
+from guard_core.flashinfer.releases import NATIVE_VAR as _NATIVE_VARS
 
 from ._log import get_log
 
@@ -149,9 +149,9 @@ def _capture_sizes(builder, vc, draft, max_seqs, missing):
 def _facts(builder, gpu):
     """What the core needs about this builder: (AttentionLayout, ServingLimits,
     PlannerFacts, kv dtype bytes options, missing facts)."""
-    from guard_core.planner_choice import PlannerFacts, dtype_bytes, dtype_kind
-    from guard_core.sizing import AttentionLayout
-    from guard_core.workspace_decision import vllm_graph_limits
+    from guard_core.flashinfer.planner_choice import PlannerFacts, dtype_bytes, dtype_kind
+    from guard_core.flashinfer.sizing import AttentionLayout
+    from guard_core.decide.workspace import vllm_graph_limits
 
     vc = builder.vllm_config
     missing: list[str] = []
@@ -222,7 +222,7 @@ def _facts(builder, gpu):
 def read_facts(builder, gpu, flashinfer_version: str):
     """This builder as the core's ``WorkspaceFacts`` (``gpu`` None: nothing to size,
     only a set size applies)."""
-    from guard_core.workspace_decision import WorkspaceFacts
+    from guard_core.decide.workspace import WorkspaceFacts
 
     if gpu is None:
         return WorkspaceFacts("vllm", flashinfer_version)
@@ -234,13 +234,13 @@ def read_facts(builder, gpu, flashinfer_version: str):
 class BuilderDecision:
     """One builder's decision, as the apply gets it."""
 
-    facts: Any  # guard_core.workspace_decision.WorkspaceFacts
+    facts: Any  # guard_core.decide.workspace.WorkspaceFacts
     server_bytes: int  # what vLLM would allocate (server_bytes)
-    outcome: Any  # guard_core.workspace_decision.WorkspaceOutcome
+    outcome: Any  # guard_core.decide.workspace.WorkspaceOutcome
 
     @property
     def decision(self):
-        """The guard_core.decisions.WorkspaceDecision to apply."""
+        """The guard_core.decide.records.WorkspaceDecision to apply."""
         return self.outcome.decision
 
 
@@ -251,10 +251,11 @@ def _warn(warnings) -> None:
 
 def decide(builder, module) -> BuilderDecision | None:
     """The facts of this builder, vLLM's own size and the user's, through one
-    ``guard_core.workspace_decision.decide``; its warnings logged once. None, with
+    ``guard_core.decide.workspace.decide``; its warnings logged once. None, with
     one line saying why, where the guard stands down. Changes no buffer."""
-    from guard_core import gpus, workspace_decision
-    from guard_core.settings import get_settings
+    from guard_core import gpus
+    from guard_core.decide import workspace as workspace_decision
+    from guard_core.runtime.settings import get_settings
     from guard_core.versions import flashinfer_version
 
     settings = get_settings()

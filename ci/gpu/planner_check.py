@@ -7,7 +7,7 @@
 2. Reads the device (SM count, compute capability, shared-memory limits) from the real build,
    and the decode kernel's blocks per SM for every (head_dim, GQA group) the grid uses.
 3. Runs the conformance grid (seeds included) with those device values through
-   (a) the real-CUDA harness, (b) the stubbed harness, (c) guard_core.flashinfer_model.run_planner,
+   (a) the real-CUDA harness, (b) the stubbed harness, (c) guard_core.flashinfer.planner.run_planner,
    and prints: N requests, N equal real-vs-stub, N equal real-vs-model, the first differences.
 Exit status 0 only when everything is equal.
 """
@@ -80,11 +80,11 @@ def main(version: str) -> int:
     stub = oracle.run_binary(bins["stub"], reqs)
 
     try:
-        from guard_core import flashinfer_model
+        from guard_core.flashinfer import planner as flashinfer_model
         run_planner = flashinfer_model.run_planner
     except Exception as e:  # noqa: BLE001
         run_planner = None
-        print(f"[gpu-planner-check] guard_core.flashinfer_model.run_planner unavailable: {e}")
+        print(f"[gpu-planner-check] guard_core.flashinfer.planner.run_planner unavailable: {e}")
 
     n_stub = n_model = 0
     stub_diffs, model_diffs = [], []

@@ -17,7 +17,7 @@ import random
 import shutil
 import sys
 
-from guard_core.launch_command import LaunchError, load_table, parse_launch, table_versions
+from guard_core.deployment.launch_command import LaunchError, load_table, parse_launch, table_versions
 from tests.common import forkserver
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -47,7 +47,7 @@ def real(cmd: str, line: str):
 
 
 def assert_option_table_is_the_installed_parsers(framework: str, version: str) -> None:
-    """guard_core/server_options/<framework>-<installed>.json == what ci/dump_server_options.py
+    """guard_core/deployment/server_options/<framework>-<installed>.json == what ci/dump_server_options.py
     reads from the installed parser now."""
     assert version in table_versions(framework), \
         f"no committed option table for {framework} {version}: run ci/dump_server_options.py {framework} in this env"

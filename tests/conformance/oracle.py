@@ -52,7 +52,7 @@ HARNESS_SRC = HERE / "harness.cu"
 RELEASES = ("0.5.0", "0.6.12", "0.6.14", "0.6.16", "0.7.0.post1", "0.7.2.post1", "0.7.4")
 # ci/matrix.sh points the suite at one line's installed FlashInfer instead
 # (FLASHINFER_GUARD_CONFORMANCE_RELEASES=0.6.6): the pins of the checked lines that
-# the default run does not compile (guard_core.releases.FLASHINFER_MATRIX_CHECKED).
+# the default run does not compile (guard_core.flashinfer.releases.FLASHINFER_MATRIX_CHECKED).
 RELEASES_ENV = "FLASHINFER_GUARD_CONFORMANCE_RELEASES"
 _RELEASE_RE = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}(\.post[0-9]{1,3})?\Z", re.ASCII)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from guard_core.gpus import lookup_gpu
-from guard_core.sizing import AttentionLayout, Planners, ServingLimits, compute_requirement
+from guard_core.flashinfer.sizing import AttentionLayout, Planners, ServingLimits, compute_requirement
 
 from . import grid, oracle
 

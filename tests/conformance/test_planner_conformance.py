@@ -7,7 +7,7 @@ FlashInfer named by $FLASHINFER_GUARD_CONFORMANCE_RELEASES) the oracle (``oracle
 ``PrefillSM90Plan`` from ``include/flashinfer/attention/scheduler.cuh``) into a host program with
 the CUDA runtime stubbed (SM count, compute capability, shared-memory limits and the decode
 kernel's occupancy come from each request). The grid (``grid.py``, > 1,000 requests per release)
-then runs through the oracle and through ``guard_core.flashinfer_model.run_planner``; ok/error,
+then runs through the oracle and through ``guard_core.flashinfer.planner.run_planner``; ok/error,
 ``float_bytes``, ``int_bytes`` and the whole allocation list (name, buffer, bytes, alignment,
 offset, in call order) must be equal for every request.
 
@@ -26,7 +26,7 @@ import importlib
 
 import pytest
 
-from guard_core import releases
+from guard_core.flashinfer import releases
 
 from . import grid, oracle
 
@@ -64,9 +64,9 @@ def _oracle_replies(version: str) -> tuple[list[dict], list[dict]]:
 
 def _load_model():
     try:
-        return importlib.import_module("guard_core.flashinfer_model")
+        return importlib.import_module("guard_core.flashinfer.planner")
     except Exception as e:  # noqa: BLE001 - any import failure is a failure of the product
-        pytest.fail(f"guard_core.flashinfer_model cannot be imported ({type(e).__name__}: {e}); "
+        pytest.fail(f"guard_core.flashinfer.planner cannot be imported ({type(e).__name__}: {e}); "
                     "the conformance suite needs run_planner(version, planner, params)")
 
 
@@ -139,7 +139,7 @@ def test_planner_conformance(version, harness_binaries, record_testsuite_propert
     record_testsuite_property(f"requests {version}", len(reqs))  # ci/matrix_report.py prints it
     model = _load_model()
     run_planner = getattr(model, "run_planner", None)
-    assert callable(run_planner), "guard_core.flashinfer_model.run_planner is missing"
+    assert callable(run_planner), "guard_core.flashinfer.planner.run_planner is missing"
     diffs = []
     equal = 0
     for req, ref in zip(reqs, reps):

@@ -24,7 +24,7 @@ import random
 import pytest
 
 from guard_core.gpus import lookup_gpu
-from guard_core.sizing import AttentionLayout, Planners, ServingLimits, compute_requirement
+from guard_core.flashinfer.sizing import AttentionLayout, Planners, ServingLimits, compute_requirement
 
 from . import grid, oracle
 
@@ -207,7 +207,7 @@ def test_search_finds_an_injected_envelope_gap(shape, monkeypatch):
     """A test of the search: an envelope made blind to window clipping (guard_core's witness
     search told that a request's KV is not clipped, as before issue 27) is still right about
     its own witness, but the independent search must find a worse batch."""
-    import guard_core.sizing as sizing
+    import guard_core.flashinfer.sizing as sizing
 
     space, (real, _batch) = _found(shape)
     monkeypatch.setattr(sizing, "_window_pages", lambda layout, cta, max_pages: max_pages)

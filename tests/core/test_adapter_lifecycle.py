@@ -14,7 +14,8 @@ import types
 
 import pytest
 
-from guard_core import patching, settings
+from guard_core.runtime import wrapping as patching
+from guard_core.runtime import settings
 
 
 def _module(name, **attrs):
@@ -268,7 +269,7 @@ def test_sglang_uninstall_forgets_the_moe_decision(env):
 def test_adapter_state_reset_restores_defaults_and_keeps_process_facts():
     from dataclasses import dataclass, field
 
-    from guard_core.lifecycle import AdapterState
+    from guard_core.runtime.lifecycle import AdapterState
 
     @dataclass
     class State(AdapterState):

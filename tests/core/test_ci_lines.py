@@ -1,6 +1,6 @@
-"""The checked lines live in one place (guard_core.releases.CHECKED_LINES) and the CI reads
+"""The checked lines live in one place (guard_core.flashinfer.releases.CHECKED_LINES) and the CI reads
 it there (issue 30): ci/matrix.sh and ci/matrix_report.py take the list from
-``python3 -m guard_core.releases --lines``; the locks on disk and the default runs of
+``python3 -m guard_core.flashinfer.releases --lines``; the locks on disk and the default runs of
 ci/vllm/run_tests.sh and ci/sglang/run_tests.sh are tied to it here."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from guard_core.releases import CHECKED_LINES
+from guard_core.flashinfer.releases import CHECKED_LINES
 
 REPO = Path(__file__).resolve().parents[2]
 CI = REPO / "ci"
@@ -28,22 +28,22 @@ def _code(path: Path) -> str:
 
 
 def test_the_module_prints_every_checked_line_and_each_has_a_lock():
-    out = subprocess.run([sys.executable, "-m", "guard_core.releases", "--lines"], cwd=REPO,
+    out = subprocess.run([sys.executable, "-m", "guard_core.flashinfer.releases", "--lines"], cwd=REPO,
                          capture_output=True, text=True, check=True).stdout.split()
     assert set(out) == _locks(), "a checked line without its lock, or a lock of a line not checked"
     assert len(out) == len(set(out)) == sum(len(v) for v in CHECKED_LINES.values())
     for fw in ("vllm", "sglang"):
-        one = subprocess.run([sys.executable, "-m", "guard_core.releases", "--lines", fw], cwd=REPO,
+        one = subprocess.run([sys.executable, "-m", "guard_core.flashinfer.releases", "--lines", fw], cwd=REPO,
                              capture_output=True, text=True, check=True).stdout.split()
         assert [f"{fw}-{v}" for v in one] == [x for x in out if x.startswith(fw + "-")]
-    bad = subprocess.run([sys.executable, "-m", "guard_core.releases", "--lines", "trtllm"], cwd=REPO,
+    bad = subprocess.run([sys.executable, "-m", "guard_core.flashinfer.releases", "--lines", "trtllm"], cwd=REPO,
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stdout == ""
 
 
 def test_matrix_scripts_read_the_lines_and_name_none_themselves():
     script = _code(CI / "matrix.sh")
-    assert 'all="$(python3 -m guard_core.releases --lines)"' in script
+    assert 'all="$(python3 -m guard_core.flashinfer.releases --lines)"' in script
     assert not LINE.findall(script), LINE.findall(script)
     report = (CI / "matrix_report.py").read_text()
     assert "ORDER = list(matrix_lines())" in report and "ORDER = [" not in report

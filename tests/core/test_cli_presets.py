@@ -4,11 +4,11 @@ import sys
 
 import pytest
 
-from guard_core.presets import facts_from_config, load_model, PRESETS
+from guard_core.deployment.presets import facts_from_config, load_model, PRESETS
 
 
 def run(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "guard_core.cli", *args], capture_output=True, text=True, env=env)
+    return subprocess.run([sys.executable, "-m", "guard_core.commands.cli", *args], capture_output=True, text=True, env=env)
 
 
 def test_bare_plan_shows_seed_overflow_and_fix():
@@ -120,7 +120,7 @@ def test_doctor_runs_and_reports_bad_env():
 
 
 def test_import_is_light():
-    code = ("import sys, guard_core, guard_core.sizing, guard_core.decisions, guard_core.patching, guard_core.settings;"
+    code = ("import sys, guard_core, guard_core.flashinfer.sizing, guard_core.decide.records, guard_core.runtime.wrapping, guard_core.runtime.settings;"
             "bad=[m for m in ('torch','flashinfer','vllm','sglang') if m in sys.modules]; print(bad)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.strip() == "[]"

@@ -33,7 +33,7 @@ def test_hostile_config_files_get_one_line_and_exit_2(tmp_path, case, command):
     """The real command in its own process (a FIFO would hang it: the timeout fails the test)."""
     path, words = hostile_files(str(tmp_path), with_yaml=False)[case]
     env = dict(os.environ, PYTHONPATH=REPO)
-    r = subprocess.run([sys.executable, "-m", "guard_core.cli", "plan", "--gpu", "h200", "--", *command,
+    r = subprocess.run([sys.executable, "-m", "guard_core.commands.cli", "plan", "--gpu", "h200", "--", *command,
                         "--config", path], capture_output=True, text=True, timeout=60, env=env, cwd=str(tmp_path))
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1, (r.returncode, r.stderr[-2000:])
@@ -42,7 +42,7 @@ def test_hostile_config_files_get_one_line_and_exit_2(tmp_path, case, command):
 
 def test_a_config_at_the_bounds_is_still_read(tmp_path):
     """16 aliases and 32 levels are within the bounds: read as before."""
-    from guard_core.launch_command import parse_launch
+    from guard_core.deployment.launch_command import parse_launch
 
     ok = tmp_path / "ok.yaml"
     nested = "".join("  " * i + "k:\n" for i in range(1, 31)) + "  " * 31 + "k: 1\n"
@@ -56,7 +56,7 @@ def test_a_config_at_the_bounds_is_still_read(tmp_path):
 @pytest.mark.parametrize("case", ["malformed", "top_list", "top_string", "nul_byte"])
 def test_malformed_configs_get_one_line_naming_the_file(tmp_path, case, capsys):
     """Issue 29, item 5, the built-in reader's side (the server reader's: tests/vllm/test_launch_parser.py)."""
-    from guard_core import cli
+    from guard_core.commands import cli
 
     path = malformed_files(str(tmp_path))[case]
     rc = cli.main(["plan", "--gpu", "h200", "--", "vllm", "serve", "M", "--config", path])

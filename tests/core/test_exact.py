@@ -3,10 +3,10 @@ below what the server would allocate, only where the model is exact and the
 line checked; elsewhere it acts as auto and says why. auto's "ok" line says
 what exact would free."""
 
-from guard_core.decisions import decide_workspace, exact_refusal
+from guard_core.decide.records import decide_workspace, exact_refusal
 from guard_core.gpus import lookup_gpu
-from guard_core.settings import Settings, load_settings
-from guard_core.sizing import AttentionLayout, Planners, ServingLimits, compute_requirement
+from guard_core.runtime.settings import Settings, load_settings
+from guard_core.flashinfer.sizing import AttentionLayout, Planners, ServingLimits, compute_requirement
 
 MIB = 1 << 20
 QWEN35 = AttentionLayout(32, 2, 256, page_size=16)

@@ -16,11 +16,11 @@ from dataclasses import replace
 
 import pytest
 
-from guard_core.decisions import decide_fixed_split_workspace
-from guard_core.fixed_split import assess, gpu_memory_bytes, split_sizes_from_env
+from guard_core.decide.records import decide_fixed_split_workspace
+from guard_core.decide.fixed_split import assess, gpu_memory_bytes, split_sizes_from_env
 from guard_core.gpus import lookup_gpu
-from guard_core.settings import Settings, load_settings
-from guard_core.sizing import AttentionLayout, Planners, ServingLimits, compute_requirement
+from guard_core.runtime.settings import Settings, load_settings
+from guard_core.flashinfer.sizing import AttentionLayout, Planners, ServingLimits, compute_requirement
 
 GIB = 1 << 30
 FORCED = 2 * GIB  # SGLang: envs.SGLANG_FLASHINFER_WORKSPACE_SIZE.set(2048 * 1024 * 1024)

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from guard_core.hf_cache import cache_dirs, find_config, looks_like_model_id
+from guard_core.deployment.hf_cache import cache_dirs, find_config, looks_like_model_id
 
 CFG = {"architectures": ["LlamaForCausalLM"], "num_attention_heads": 40, "num_key_value_heads": 5,
        "head_dim": 128, "num_hidden_layers": 4, "max_position_embeddings": 8192}
@@ -64,7 +64,7 @@ def test_not_found_says_where(tmp_path):
 def _plan(env, *args):
     e = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "XDG_CACHE"))}
     e.update(env)
-    return subprocess.run([sys.executable, "-m", "guard_core.cli", "plan", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "guard_core.commands.cli", "plan", *args], capture_output=True, text=True,
                           env=e)
 
 

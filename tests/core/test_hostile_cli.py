@@ -1,6 +1,6 @@
 """Hostile flags: exit 0 with a valid report, or exit 2 with exactly one stderr line, no traceback.
 
-Most cases call guard_core.cli.main(argv) in-process (fast); the process-level
+Most cases call guard_core.commands.cli.main(argv) in-process (fast); the process-level
 promises (exit status on a closed pipe, a closed or full stdout, a FIFO as
 --model, memory and time limits on absurd values) run the real command.
 """
@@ -15,9 +15,9 @@ import time
 import pytest
 from hypothesis import HealthCheck, event, given, settings as hsettings, strategies as st
 
-from guard_core import cli
+from guard_core.commands import cli
 from guard_core.gpus import gpu_names
-from guard_core.presets import PRESETS
+from guard_core.deployment.presets import PRESETS
 
 FAST = hsettings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                          HealthCheck.function_scoped_fixture])
@@ -138,7 +138,7 @@ def test_write_errors_in_process(monkeypatch, capsys):
 
 # ---- the real command: exit status, closed pipes, FIFOs, limits ----
 
-CMD = [sys.executable, "-m", "guard_core.cli"]
+CMD = [sys.executable, "-m", "guard_core.commands.cli"]
 
 
 def _limits():  # 1 GiB of address space, 60 s of CPU: an absurd flag must fail cleanly inside both
@@ -172,7 +172,7 @@ def test_closed_pipe_ends_quietly_with_141():
 
 
 def test_closed_stdout_one_line():
-    r = subprocess.run(["sh", "-c", '"$0" -m guard_core.cli doctor >&-', sys.executable], capture_output=True,
+    r = subprocess.run(["sh", "-c", '"$0" -m guard_core.commands.cli doctor >&-', sys.executable], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert r.stderr.splitlines() == ["flashinfer-guard: error: cannot write to standard output: it is closed"]

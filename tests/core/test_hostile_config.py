@@ -1,6 +1,6 @@
 """Hostile config.json: every field used is validated, the file is read with bounds.
 
-Promise (guard_core/presets.py): a config either gives ModelFacts whose numbers
+Promise (guard_core/deployment/presets.py): a config either gives ModelFacts whose numbers
 are positive integers within bounds, or one ModelError line naming the file, the
 field and the value; reading accepts only a regular file of at most 4 MiB, and
 nesting cannot blow the stack.
@@ -12,8 +12,8 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-from guard_core import cli
-from guard_core.presets import (MAX_CONFIG_BYTES, ModelError, ModelFacts, facts_from_config, find_preset,
+from guard_core.commands import cli
+from guard_core.deployment.presets import (MAX_CONFIG_BYTES, ModelError, ModelFacts, facts_from_config, find_preset,
                                 load_model)
 
 FAST = hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,

@@ -1,6 +1,6 @@
 """Hostile FLASHINFER_GUARD_* values: the settings parser never raises, never half-accepts.
 
-Promise (guard_core/settings.py): every variable is either valid or gives exactly
+Promise (guard_core/runtime/settings.py): every variable is either valid or gives exactly
 one warning naming the variable, its value (truncated, escaped) and the accepted
 values, and then its default; a bad value of one variable changes no other.
 """
@@ -12,8 +12,8 @@ import sys
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-from guard_core import settings as S
-from guard_core.decisions import decide_moe
+from guard_core.runtime import settings as S
+from guard_core.decide.records import decide_moe
 
 FAST = hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DEFAULT = S.load_settings({})
@@ -121,7 +121,7 @@ def test_get_settings_in_a_process_with_hostile_env_and_doctor():
     """The exact values of the issue, through the real process env, in doctor: exit 0, one warning each."""
     env = dict(os.environ, FLASHINFER_GUARD_WORKSPACE="1" + "0" * 400, FLASHINFER_GUARD_MOE_FIXED_IN="9" * 5000,
                FLASHINFER_GUARD_LOG="\u00b2")
-    r = subprocess.run([sys.executable, "-m", "guard_core.cli", "doctor"], capture_output=True, text=True, env=env,
+    r = subprocess.run([sys.executable, "-m", "guard_core.commands.cli", "doctor"], capture_output=True, text=True, env=env,
                        timeout=60)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     warnings = [line for line in r.stdout.splitlines() if line.startswith("warning")]
@@ -223,7 +223,7 @@ class H(logging.Handler):
     def emit(self, r):
         records.append(r.getMessage())
 logging.getLogger().addHandler(H()); logging.getLogger().setLevel(logging.DEBUG)
-from guard_core import patching
+from guard_core.runtime import wrapping as patching
 import vllm_guard.plugin as vp, sglang_guard.plugin as sp
 vp.register(); vp.register()
 ok = sp.register(); sp.register()
@@ -261,7 +261,7 @@ def test_adapters_stay_on_with_every_setting_hostile_but_the_switches():
 
 def test_size_bound_is_the_largest_gpu_memory_class():
     """288 GiB: at least every GPU's memory in the table (B300: 268.6 GiB), and not absurdly more."""
-    from guard_core.server_defaults import GPU_MEMORY
+    from guard_core.deployment.server_defaults import GPU_MEMORY
     largest = max(b for b, _ in GPU_MEMORY.values())
     assert largest <= S.MAX_SIZE_BYTES < 2 * largest
     assert S.parse_size(str(largest)) == largest

@@ -12,8 +12,8 @@
 
 import pytest
 
-from guard_core import cli
-from guard_core.launch_command import parse_launch
+from guard_core.commands import cli
+from guard_core.deployment.launch_command import parse_launch
 
 
 @pytest.mark.parametrize("value, expected", [("8.19k", 8189), ("4.35k", 4350), ("0.57k", 570), ("25.6k", 25600)])
@@ -57,7 +57,7 @@ def test_the_launch_commands_max_total_tokens_is_bounded_alike(capsys):
 ])
 def test_image_tags_map_to_released_lines_only(image, line, why, capsys):
     """Issue 29, item 6: an image tag sets the simulated line only where it names a release of a
-    line read here (guard_core.releases.CHECKED_LINES, each read from its wheel); otherwise the
+    line read here (guard_core.flashinfer.releases.CHECKED_LINES, each read from its wheel); otherwise the
     report says which line it simulates and why."""
     import json
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from guard_core import cli
-from guard_core.launch_command import LaunchError, parse_launch
+from guard_core.commands import cli
+from guard_core.deployment.launch_command import LaunchError, parse_launch
 
 VAR = "VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE"
 

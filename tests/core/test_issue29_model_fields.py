@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from guard_core import cli
-from guard_core.decisions import exact_refusal
+from guard_core.commands import cli
+from guard_core.decide.records import exact_refusal
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MIMO = os.path.join(os.path.dirname(HERE), "data", "model_configs", "MiMo-V2-Flash.json")

@@ -1,9 +1,9 @@
-"""guard_core.kv_budget: the budget move per FLASHINFER_GUARD_RESERVE mode and its one line."""
+"""guard_core.decide.kv_budget: the budget move per FLASHINFER_GUARD_RESERVE mode and its one line."""
 
 from hypothesis import given, strategies as st
 
-from guard_core import settings as S
-from guard_core.kv_budget import BudgetMove, budget_line, kv_token_change
+from guard_core.runtime import settings as S
+from guard_core.decide.kv_budget import BudgetMove, budget_line, kv_token_change
 from guard_core.units import MIB
 
 

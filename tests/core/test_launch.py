@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from guard_core import cli
-from guard_core.launch_command import LaunchError, attention_backend_note, parse_launch
+from guard_core.commands import cli
+from guard_core.deployment.launch_command import LaunchError, attention_backend_note, parse_launch
 
 
 def test_vllm_seed_command():
@@ -105,7 +105,7 @@ def test_hostile_numbers_in_a_launch_command_are_one_error_line():
     import sys
     for opt, val in (("--max-model-len", "1e400"), ("--max-model-len", "nan"), ("--max-num-seqs", str(10 ** 12)),
                      ("--tensor-parallel-size", "9" * 5000)):
-        p = subprocess.run([sys.executable, "-m", "guard_core.cli", "plan", "--", "vllm", "serve", "m", opt, val],
+        p = subprocess.run([sys.executable, "-m", "guard_core.commands.cli", "plan", "--", "vllm", "serve", "m", opt, val],
                            capture_output=True, text=True, timeout=60)
         assert p.returncode == 2, (opt, val, p.returncode, p.stderr)
         assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr, p.stderr

@@ -19,8 +19,9 @@ import time
 
 import pytest
 
-from guard_core import cli, releases
-from guard_core.launch_command import LaunchError, parse_launch
+from guard_core.commands import cli
+from guard_core.flashinfer import releases
+from guard_core.deployment.launch_command import LaunchError, parse_launch
 
 SEED = "nvidia/Qwen3.5-397B-A17B-NVFP4 --kv-cache-dtype fp8_e4m3 --max-num-seqs 528"
 SEED_NEED = 538_441_728  # 513.5 MiB: the vLLM seed's need (README, docs/compatibility.md)
@@ -172,7 +173,7 @@ def test_case11_launch_values_bounded_and_nested_json_refused_fast():
                  ["--max-num-batched-tokens", "134217728"], ["--cudagraph-capture-sizes"] + ["8"] * 2000,
                  ["-cc", '{"a":' * 5000 + "1" + "}" * 5000], ["-sc.a" + ".b" * 5000, "1"]):
         t0 = time.monotonic()
-        p = subprocess.run([sys.executable, "-m", "guard_core.cli", "plan", "--", "vllm", "serve", "m"] + tail,
+        p = subprocess.run([sys.executable, "-m", "guard_core.commands.cli", "plan", "--", "vllm", "serve", "m"] + tail,
                            capture_output=True, text=True, timeout=120)
         assert p.returncode == 2, (tail[:2], p.returncode, p.stderr[-500:])
         assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
@@ -270,7 +271,7 @@ def test_case4_sglang_native_variable_and_its_architecture_list():
 
 def test_case10_a_docker_image_tag_names_the_line():
     """`docker run vllm/vllm-openai:v0.19.1 ...` starts vLLM 0.19.1 whatever is installed here."""
-    from guard_core.launch_command import image_line
+    from guard_core.deployment.launch_command import image_line
     assert image_line("vllm", "docker run vllm/vllm-openai:v0.19.1: vllm serve") == "0.19.1"
     assert image_line("sglang", "docker run lmsysorg/sglang:v0.5.5-cu126: python -m sglang.launch_server") == "0.5.5"
     assert image_line("vllm", "docker run vllm/vllm-openai:latest: vllm serve") is None

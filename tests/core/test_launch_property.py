@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from hypothesis import example, given, settings, strategies as st
 
-from guard_core.launch_command import LaunchError, parse_launch
+from guard_core.deployment.launch_command import LaunchError, parse_launch
 
 HEADS = (["vllm", "serve"], ["python", "-m", "vllm.entrypoints.openai.api_server"],
          ["python3", "-m", "sglang.launch_server"], ["sglang", "serve"])

@@ -22,7 +22,7 @@ def _module_name(path: Path) -> str:
 
 
 def _core_modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in sorted(CORE.glob("*.py"))}
+    return {_module_name(p): p for p in sorted(CORE.rglob("*.py"))}
 
 
 def _imports(path: Path, name: str, known: set[str]) -> set[str]:
@@ -86,8 +86,8 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_graph_sees_lazy_imports():
     """The parser counts imports inside functions (the circle this test guards against was lazy)."""
     graph = import_graph()
-    assert "guard_core.versions" in graph["guard_core.releases"]
-    assert "guard_core.flashinfer_model" in graph["guard_core.sizing"]
+    assert "guard_core.versions" in graph["guard_core.flashinfer.releases"]
+    assert "guard_core.flashinfer.planner" in graph["guard_core.flashinfer.sizing"]
 
 
 def test_no_import_cycle_in_guard_core():
@@ -95,15 +95,55 @@ def test_no_import_cycle_in_guard_core():
     assert cycle is None, "import circle in guard_core: " + " -> ".join(cycle)
 
 
-# The ground floor: the release table and the plain facts every other module reads.
-GROUND = {"units", "versions", "releases", "moe_evidence", "gpus", "command_limits"}
+# The rooms and what each may import (each subpackage's __init__ says the same in words).
+# "ground" is guard_core itself: units, versions, gpus and the package's TAG.
+ROOMS = ("flashinfer", "runtime", "deployment", "decide", "commands")
+MAY_IMPORT = {
+    "ground": {"ground"},
+    "flashinfer": {"ground", "flashinfer"},
+    "runtime": {"ground", "runtime"},
+    "deployment": {"ground", "flashinfer", "deployment", "guard_core.runtime.settings"},
+    "decide": {"ground", "flashinfer", "runtime", "deployment", "decide"},
+    "commands": {"ground", "flashinfer", "runtime", "deployment", "decide", "commands"},
+}
 
 
-def test_ground_floor_imports_only_ground_floor():
+def room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) >= 2 and parts[1] in ROOMS else "ground"
+
+
+def test_every_module_lives_in_a_room_or_on_the_ground_floor():
+    ground = {m for m in _core_modules() if room(m) == "ground"}
+    assert ground == {"guard_core", "guard_core.units", "guard_core.versions", "guard_core.gpus"}, ground
+    assert {room(m) for m in _core_modules()} == set(ROOMS) | {"ground"}
+
+
+def test_no_arrow_from_a_lower_room_to_a_higher_one():
+    bad = []
+    for name, deps in import_graph().items():
+        allowed = MAY_IMPORT[room(name)]
+        for dep in deps:
+            if room(dep) not in allowed and dep not in allowed:
+                bad.append(f"{name} ({room(name)}) imports {dep} ({room(dep)})")
+    assert not bad, "\n".join(sorted(bad))
+
+
+def test_each_room_says_what_lives_there_and_imports_nothing_at_its_door():
+    for r in ROOMS:
+        init = CORE / r / "__init__.py"
+        tree = ast.parse(init.read_text())
+        doc = ast.get_docstring(tree)
+        assert doc and "May import" in doc, f"{init}: the docstring says what lives here and what it may import"
+        assert all(isinstance(n, ast.Expr) for n in tree.body), f"{init} runs nothing: importing a room is free"
+
+
+def test_the_room_rules_can_fail():
+    """The rule above sees a lazy upward import (a graph with one planted arrow is refused)."""
     graph = import_graph()
-    for name in GROUND:
-        ups = {m.rpartition(".")[2] for m in graph[f"guard_core.{name}"]} - GROUND - {"guard_core"}
-        assert not ups, f"guard_core.{name} (ground floor) imports {sorted(ups)}"
+    graph["guard_core.flashinfer.sizing"] = graph["guard_core.flashinfer.sizing"] | {"guard_core.decide.workspace"}
+    name = "guard_core.flashinfer.sizing"
+    assert any(room(d) not in MAY_IMPORT[room(name)] for d in graph[name])
 
 
 # ---------------------------------------------------------------- function length
@@ -114,7 +154,7 @@ PRODUCT = ("guard_core", "vllm_guard", "sglang_guard")
 # FlashInfer's planner functions, mirrored statement by statement (scheduler.cuh): they keep
 # the length of the functions they follow, so a reader can hold them side by side.
 PLANNER_MIRRORS = {
-    "guard_core/flashinfer_model.py::prefill_plan",  # PrefillPlan + PrefillSplitQOKVIndptr
+    "guard_core/flashinfer/planner.py::prefill_plan",  # PrefillPlan + PrefillSplitQOKVIndptr
 }
 
 
@@ -161,7 +201,7 @@ def test_every_core_module_declares_its_public_names():
     import importlib
 
     for name in sorted(_core_modules()):
-        if name == "guard_core":
+        if name == "guard_core" or name.rpartition(".")[2] in ROOMS:
             continue
         mod = importlib.import_module(name)
         assert isinstance(getattr(mod, "__all__", None), list), f"{name} has no __all__"

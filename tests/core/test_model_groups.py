@@ -17,8 +17,8 @@ import sys
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-from guard_core import cli
-from guard_core.presets import ModelError, load_model
+from guard_core.commands import cli
+from guard_core.deployment.presets import ModelError, load_model
 
 CORPUS = os.path.join(os.path.dirname(__file__), "..", "data", "model_configs")
 
@@ -195,7 +195,7 @@ def test_minicpm3_is_ordinary_attention_not_mla():
            "num_attention_heads": 40, "num_key_value_heads": 40, "num_hidden_layers": 62, "q_lora_rank": 768,
            "kv_lora_rank": 256, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32, "v_head_dim": 64,
            "max_position_embeddings": 32768}
-    from guard_core.presets import facts_from_config
+    from guard_core.deployment.presets import facts_from_config
 
     f = facts_from_config(cfg, "MiniCPM3-4B")
     assert not f.uses_mla

@@ -1,14 +1,14 @@
-"""guard_core.moe_decision: the one MoE entry both adapters call (facts -> outcome).
+"""guard_core.decide.moe: the one MoE entry both adapters call (facts -> outcome).
 
-Expected values come from the evidence the table cites (guard_core/moe_evidence.py and
+Expected values come from the evidence the table cites (guard_core/flashinfer/moe_evidence.py and
 shared/reference/moe-evidence.md) and from DESIGN.md, not from guard_core: each case
 names its source.
 """
 
 import pytest
 
-from guard_core.moe_decision import MoeFacts, decide, fallback_backend, op_of
-from guard_core.settings import load_settings
+from guard_core.decide.moe import MoeFacts, decide, fallback_backend, op_of
+from guard_core.runtime.settings import load_settings
 
 AUTO = load_settings({})
 STRICT = load_settings({"FLASHINFER_GUARD_MOE": "strict"})

@@ -1,4 +1,4 @@
-"""The MoE evidence table (guard_core.moe_evidence) and the decisions drawn from it (issue 20).
+"""The MoE evidence table (guard_core.flashinfer.moe_evidence) and the decisions drawn from it (issue 20).
 
 Expected actions come from the rules the issue states, written out here on their own
 (``expected``), never from guard_core; every (GPU, op, FlashInfer, host, setting)
@@ -13,9 +13,9 @@ from dataclasses import replace
 
 import pytest
 
-from guard_core import moe_evidence as ev
-from guard_core.decisions import decide_moe
-from guard_core.settings import load_settings
+from guard_core.flashinfer import moe_evidence as ev
+from guard_core.decide.records import decide_moe
+from guard_core.runtime.settings import load_settings
 
 # GPUs by compute capability: A100, L40S, H100/GH200, B200/GB200, B300/GB300, SM107, Thor,
 # RTX PRO 6000, GB10; None = unknown
@@ -173,7 +173,7 @@ def _plan(*args):
     import io
     import json
 
-    from guard_core.cli import main
+    from guard_core.commands.cli import main
 
     out = io.StringIO()
     import contextlib
@@ -206,7 +206,7 @@ def test_plan_text_names_the_rows():
     import contextlib
     import io
 
-    from guard_core.cli import main
+    from guard_core.commands.cli import main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

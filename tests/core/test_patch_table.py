@@ -1,4 +1,4 @@
-"""guard_core.patch_table: dotted targets resolved through the class hierarchy,
+"""guard_core.runtime.patch_table: dotted targets resolved through the class hierarchy,
 feature checks, all-or-nothing rows (a failing ``apply`` included), one undo (the
 post-import hooks included), one rebinding mechanism; on generated class hierarchies."""
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guard_core.patch_table import PatchTable, Wrap, resolve_path
-from guard_core.patching import is_wrapped
+from guard_core.runtime.patch_table import PatchTable, Wrap, resolve_path
+from guard_core.runtime.wrapping import is_wrapped
 
 
 class _Log:

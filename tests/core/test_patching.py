@@ -5,8 +5,8 @@ import textwrap
 
 import pytest
 
-from guard_core import patching
-from guard_core.logs import GuardLog
+from guard_core.runtime import wrapping as patching
+from guard_core.runtime.logs import GuardLog
 
 
 @pytest.fixture
@@ -205,7 +205,7 @@ def test_patch_set_undoes_everything_in_reverse(pkg):
 def test_one_logger_name_for_the_product():
     import sglang_guard._log as slog
     import vllm_guard
-    from guard_core import logs
+    from guard_core.runtime import logs
 
     assert logs.LOGGER_NAME == "flashinfer_guard"
     assert GuardLog().logger.name == logs.LOGGER_NAME

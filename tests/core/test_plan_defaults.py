@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from guard_core import cli
-from guard_core.server_defaults import Deployment, derive, pinned_flashinfer
+from guard_core.commands import cli
+from guard_core.deployment.server_defaults import Deployment, derive, pinned_flashinfer
 from guard_core.gpus import find_spec
 
 VLLM_SEED = ("python3 -m vllm.entrypoints.openai.api_server --model nvidia/Qwen3.5-397B-A17B-NVFP4 "
@@ -209,7 +209,7 @@ def test_help_has_text_and_default_for_every_option():
 
 
 def test_cli_subprocess_launch_command():
-    r = subprocess.run([sys.executable, "-m", "guard_core.cli", "plan", "--json", "--", "vllm", "serve",
+    r = subprocess.run([sys.executable, "-m", "guard_core.commands.cli", "plan", "--json", "--", "vllm", "serve",
                         "Qwen/Qwen3-32B", "-tp", "2", "--max-num-seqs", "64"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)

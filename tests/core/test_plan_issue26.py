@@ -191,7 +191,7 @@ def test_flashinfer_guard_moe_is_honoured(monkeypatch):
 def test_split_tile_sizes_are_read_with_pythons_int(monkeypatch):
     # SGLang's get_int_env_var: int(value), its default only where int() raises (utils/common.py
     # 0.5.5:257-265, 0.5.23:1445-1452); int() reads fullwidth digits and underscores
-    from guard_core.fixed_split import split_sizes_from_env
+    from guard_core.decide.fixed_split import split_sizes_from_env
 
     assert split_sizes_from_env({"SGLANG_FLASHINFER_PREFILL_SPLIT_TILE_SIZE": "\uff18\uff11\uff19\uff12",
                                  "SGLANG_FLASHINFER_DECODE_SPLIT_TILE_SIZE": " 1_024 "})[:2] == (8192, 1024)

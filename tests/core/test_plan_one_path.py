@@ -1,6 +1,6 @@
 """`flashinfer-guard plan` has no sizing or verdict of its own (issue 26, item 1).
 
-Its need is ``guard_core.workspace_decision.need`` of the facts record the adapters build, and
+Its need is ``guard_core.decide.workspace.need`` of the facts record the adapters build, and
 its verdict is ``workspace_decision.decide``'s: replace either with a sentinel and the plan's
 output follows the sentinel. And ``plan_report``'s source calls none of the functions that size
 or judge (an AST check), so no second copy can grow back.
@@ -10,7 +10,8 @@ import ast
 import dataclasses
 import inspect
 
-from guard_core import plan_report, workspace_decision
+from guard_core.commands import plan_report
+from guard_core.decide import workspace as workspace_decision
 from tests.core.test_plan_defaults import plan, plan_json
 
 GPT_OSS = ["--gpu", "h200", "--framework-version", "0.23.0", "--model",

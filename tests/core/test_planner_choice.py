@@ -1,11 +1,11 @@
-"""guard_core.planner_choice: which FlashInfer planner serves each phase, and the
+"""guard_core.flashinfer.planner_choice: which FlashInfer planner serves each phase, and the
 sizing fixes from issue 8 (FP8 KV on SM90, DCP on SM100, verify units,
 missing facts, per-kind errors). The rules themselves are checked against the
 frameworks' real plan() calls in tests/vllm and tests/sglang (real calls)."""
 
-from guard_core.planner_choice import PlannerFacts, choose_planners, dtype_kind, size_choice, vllm_query_dtypes
+from guard_core.flashinfer.planner_choice import PlannerFacts, choose_planners, dtype_kind, size_choice, vllm_query_dtypes
 from guard_core.gpus import lookup_gpu
-from guard_core.sizing import AttentionLayout, ServingLimits, compute_requirement, Planners
+from guard_core.flashinfer.sizing import AttentionLayout, ServingLimits, compute_requirement, Planners
 
 MIB = 1 << 20
 QWEN35 = AttentionLayout(32, 2, 256, page_size=16)
@@ -149,7 +149,7 @@ def test_sliding_window_clips_prefill_not_decode():
 
 # --- issue 17: vLLM's per-batch TRT-LLM prefill rule, XQA decode, FA3's head-dim gate ----------
 # Expected planners are vLLM's and FlashInfer's own rules as read from their code (cited in
-# guard_core/planner_choice.py); the same deployments run through the real builders in
+# guard_core/flashinfer/planner_choice.py); the same deployments run through the real builders in
 # tests/vllm/realcalls_scenarios.py (groups h100_issue17, b300_issue17, the differential search).
 
 def _vllm_b300(**kw):
@@ -187,8 +187,8 @@ def test_vllm_builder_decode_flag_counts_on_every_gpu():
 
 
 def test_fa3_head_dim_gate_by_release():
-    from guard_core.planner_choice import fa3_head_dim_gate
-    from guard_core.sizing import AttentionLayout
+    from guard_core.flashinfer.planner_choice import fa3_head_dim_gate
+    from guard_core.flashinfer.sizing import AttentionLayout
 
     choice = choose_planners(PlannerFacts("vllm", (9, 0), trtllm_attention=False, q_prefill="bfloat16",
                                           q_decode="bfloat16"))

@@ -194,7 +194,7 @@ def test_bootstrap_import_is_cheap(dirs):
 
 
 @pytest.mark.parametrize("broken, how, cause", [
-    ("guard_core/lifecycle.py", "removed", "cannot import name 'lifecycle'"),  # an interrupted upgrade
+    ("guard_core/runtime/lifecycle.py", "removed", "cannot import name 'lifecycle'"),  # an interrupted upgrade
     ("sglang_guard/plugin.py", "emptied", "cannot import name 'register'"),    # the adapter itself lost
     ("sglang_guard/_pth.py", "emptied", "no bootstrap in"),                      # the bootstrap itself lost
 ])

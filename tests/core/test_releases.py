@@ -1,4 +1,4 @@
-"""Declared ranges and the one FlashInfer release table (guard_core.releases)."""
+"""Declared ranges and the one FlashInfer release table (guard_core.flashinfer.releases)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import logging
 
 import pytest
 
-from guard_core import flashinfer_model as fm
-from guard_core import releases
-from guard_core.logs import GuardLog
+from guard_core.flashinfer import planner as fm
+from guard_core.flashinfer import releases
+from guard_core.runtime.logs import GuardLog
 
 
 # --- framework lines -----------------------------------------------------------------
@@ -110,7 +110,7 @@ def test_conformance_release_override(monkeypatch):
 
 
 def test_moe_default_comes_from_the_table():
-    from guard_core import settings
+    from guard_core.runtime import settings
 
     assert releases.MOE_FIXED_IN == "0.6.16" == settings.DEFAULT_MOE_FIXED_IN
 
@@ -178,7 +178,7 @@ def test_newer_flashinfer_is_sized_with_the_newest_family():
 # --- doctor ----------------------------------------------------------------------------
 
 def test_doctor_prints_the_declared_ranges(monkeypatch):
-    from guard_core import cli
+    from guard_core.commands import cli
 
     versions = {"vllm": "0.34.0", "sglang": None, "flashinfer-python": "0.8.0", "torch": None}
     monkeypatch.setattr(cli, "installed_version", lambda d: versions.get(d))
@@ -205,7 +205,7 @@ def test_unchecked_reason(fw, v, fi, ok):
 
 
 def test_workspace_guard_needed_follows_the_release_table():
-    from guard_core import releases
+    from guard_core.flashinfer import releases
 
     assert "0.6.12 < 0.7.1" in releases.workspace_guard_needed("0.6.12")
     assert releases.workspace_guard_needed("0.7.1") is None and releases.workspace_guard_needed("0.7.2.post1") is None

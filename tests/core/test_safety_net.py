@@ -1,4 +1,4 @@
-"""The safety net (guard_core/safety_net.py) on FlashInfer-shaped stand-ins.
+"""The safety net (guard_core/runtime/safety_net.py) on FlashInfer-shaped stand-ins.
 
 A fake wrapper class stands in for FlashInfer's (its plan() allocates like
 FlashInfer's AlignedAllocator and raises FlashInfer's own message); the buffer
@@ -11,7 +11,7 @@ import types
 
 import pytest
 
-from guard_core import safety_net as net
+from guard_core.runtime import safety_net as net
 
 MIB = 1 << 20
 

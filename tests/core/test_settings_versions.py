@@ -1,6 +1,6 @@
 import pytest
 
-from guard_core import settings as S
+from guard_core.runtime import settings as S
 from guard_core.versions import parse_version, version_lt, is_version, installed_version, flashinfer_version
 
 

@@ -2,7 +2,7 @@
 
 ``sglang_guard.workspace_facts`` reads SGLang's objects (here a 0.5.5-style runner:
 ``server_args`` and a request pool, no runtime context) and hands the facts to
-``guard_core.workspace_decision.sglang_runner_limits``, the function ``plan`` calls
+``guard_core.decide.workspace.sglang_runner_limits``, the function ``plan`` calls
 for the same runners: a change to that rule reaches both, and the adapter has no
 limits rule of its own.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import types
 
-import guard_core.workspace_decision as wd
+import guard_core.decide.workspace as wd
 from sglang_guard import workspace_facts as wf
 
 

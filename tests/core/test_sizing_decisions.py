@@ -1,8 +1,8 @@
-from guard_core import flashinfer_model as fm
-from guard_core.decisions import decide_moe, decide_workspace
+from guard_core.flashinfer import planner as fm
+from guard_core.decide.records import decide_moe, decide_workspace
 from guard_core.gpus import lookup_gpu
-from guard_core.settings import load_settings
-from guard_core.sizing import (AttentionLayout, Planners, ServingLimits, compute_requirement,
+from guard_core.runtime.settings import load_settings
+from guard_core.flashinfer.sizing import (AttentionLayout, Planners, ServingLimits, compute_requirement,
                                largest_fitting_capture)
 
 MIB = 1 << 20

@@ -118,7 +118,7 @@ def _runner(sa, mc, attn_dp, draft=False):
 def run(d: dict) -> dict:
     import scenarios as sc
     from guard_core import gpus
-    from guard_core.server_defaults import GPU_MEMORY
+    from guard_core.deployment.server_defaults import GPU_MEMORY
 
     out = sc.load_guard()
     spec = gpus.find_spec(d["gpu"])

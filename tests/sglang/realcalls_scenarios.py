@@ -232,7 +232,7 @@ def _cpu_only(fb, gpu):
 # ---------------------------------------------------------------- the planner stand-in
 
 def _install_standin(gpu):
-    from guard_core.sizing import AttentionLayout, decode_blocks_per_sm_bound
+    from guard_core.flashinfer.sizing import AttentionLayout, decode_blocks_per_sm_bound
     from tests.realcalls import standin
 
     def occupancy(head_dim, group, kv_dtype_bytes):
@@ -729,7 +729,7 @@ def _understate():
     FlashInfer's real planner overflows inside SGLang's own begin_forward."""
     import dataclasses
 
-    import guard_core.planner_choice as d
+    import guard_core.flashinfer.planner_choice as d
 
     real = d.size_choice
 
@@ -743,7 +743,7 @@ def _understate():
 
 def _net_state():
     try:
-        from guard_core import safety_net
+        from guard_core.runtime import safety_net
 
         return {"entry_points": safety_net.patched_entry_points()}
     except Exception as e:
@@ -796,7 +796,7 @@ def run(opts):
             # calls. The net wraps begin_forward / fast_decode_plan since issue 17: left on, it
             # recovered the very overflow this pass is there to show.
             import sglang_guard.workspace as gws
-            from guard_core import safety_net
+            from guard_core.runtime import safety_net
 
             out["unpatched"] = bool(gws.unpatch(fb))
             safety_net.uninstall()

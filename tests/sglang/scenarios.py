@@ -170,7 +170,7 @@ def build_backend(model, opts):
 def need(model_shape, opts):
     """The core's number for the same inputs (what the test compares against)."""
     from guard_core.gpus import lookup_gpu
-    from guard_core.sizing import AttentionLayout, Planners, ServingLimits, compute_requirement
+    from guard_core.flashinfer.sizing import AttentionLayout, Planners, ServingLimits, compute_requirement
     from guard_core.versions import flashinfer_version
 
     q, kv, hd = model_shape
@@ -217,7 +217,7 @@ def sc_twice(opts):
 def sc_hook_raises(opts):
     """Our sizing raises inside the hook: SGLang must build its own buffer."""
     out = load_guard()
-    import guard_core.sizing as sizing
+    import guard_core.flashinfer.sizing as sizing
 
     def boom(*a, **k):
         raise RuntimeError("injected fault")

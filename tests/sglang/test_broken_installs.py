@@ -24,7 +24,7 @@ def test_broken_installs_never_stop_sglangs_plugin_loading(tmp_path):
     results = broken_installs.run_in_subprocess("sglang", str(tmp_path))
     assert len(results) == 5 * len(broken_installs.modules()) + 3
     assert broken_installs.problems(results, "Failed to load plugin", "Failed to execute general plugin") == []
-    lifecycle = next(r for r in results if r["label"] == "guard_core/lifecycle.py removed")
+    lifecycle = next(r for r in results if r["label"] == "guard_core/runtime/lifecycle.py removed")
     said = [m for _, _, m, _ in lifecycle["records"] if "[flashinfer-guard]" in m]
     assert len(said) == 1 and "lifecycle" in said[0] and "ImportError" in said[0], lifecycle
     # a broken core with an intact entry point: our one line, never a traceback

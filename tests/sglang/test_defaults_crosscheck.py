@@ -4,7 +4,7 @@ SGLang's real ``ServerArgs`` is built (in its own process of this
 environment, with only the CUDA-only kernel package stood in, see ``_cpu.py``)
 with ``get_device_memory_capacity`` reporting the simulated GPU's memory; what
 it chose (decode CUDA-graph max batch and list, chunked prefill size) must
-equal what ``guard_core.server_defaults.derive`` (the table ``plan`` uses) derives.
+equal what ``guard_core.deployment.server_defaults.derive`` (the table ``plan`` uses) derives.
 A real ``FlashInferAttnBackend`` is built per model (one process each: the
 workspace buffer is cached per process) with the guard switched off, and its
 workspace size and tensor-core decode choice must equal the table's.
@@ -20,7 +20,7 @@ from importlib import metadata
 
 import pytest
 
-from guard_core.server_defaults import GPU_MEMORY, Deployment, derive, sglang_default_workspace, sglang_tensor_core_decode
+from guard_core.deployment.server_defaults import GPU_MEMORY, Deployment, derive, sglang_default_workspace, sglang_tensor_core_decode
 from guard_core.gpus import find_spec
 from tests.common import forkserver  # noqa: E402
 

@@ -2,8 +2,8 @@
 
 Ground truth is SGLang's own parser (``argparse`` + ``ServerArgs.add_cli_args`` and, for
 ``--config``, SGLang's ``ConfigArgumentMerger``, as ``prepare_server_args`` builds them;
-guard_core.server_parsers). The built-in reader (argparse rebuilt from
-guard_core/server_options/sglang-<line>.json) must resolve every generated command to
+guard_core.deployment.server_parsers). The built-in reader (argparse rebuilt from
+guard_core/deployment/server_options/sglang-<line>.json) must resolve every generated command to
 the same deployment, and the committed table must be what the installed parser says.
 """
 
@@ -40,7 +40,7 @@ def real(cmd: str):
 
 
 def _server_options() -> set[str]:
-    from guard_core.server_parsers import _sglang_parser
+    from guard_core.deployment.server_parsers import _sglang_parser
     return {o for a in _sglang_parser()._actions for o in a.option_strings}
 
 
@@ -53,7 +53,7 @@ def test_case3_dp_attention_divides_attention_tp_and_chunk():
     assert (l.tp, l.attn_dp) == (8, 8)
     if "--attn-dp-size" in _server_options():  # 0.5.23: the new spelling means the same layout
         assert real("python -m sglang.launch_server --model-path m --tp 8 --attn-dp-size 8").attn_dp == 8
-    p = forkserver.run([sys.executable, "-m", "guard_core.cli", "plan", "--json", "--gpu", "b200", "--",
+    p = forkserver.run([sys.executable, "-m", "guard_core.commands.cli", "plan", "--json", "--gpu", "b200", "--",
                         "python", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3-235B-A22B", "--tp", "8",
                         "--dp", "8", "--enable-dp-attention"], capture_output=True, text=True, cwd=str(REPO),
                        timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})

@@ -7,7 +7,7 @@ SGLang's reading is ``sglang_guard.model_reader`` (``ModelConfig`` built offline
 FlashInfer backend plans with: ``get_max_num_attention_heads() // tp``, ``get_num_kv_heads(tp)``,
 ``head_dim``/``v_head_dim``; the layers that run attention), run once over the whole corpus in
 a subprocess of this environment's interpreter. SGLang plans every attention layer with one
-shape, so both readings are compared through ``guard_core.groups.server_view(.., "sglang")``.
+shape, so both readings are compared through ``guard_core.deployment.groups.server_view(.., "sglang")``.
 One test (this suite runs under xdist: one reader run, not one per worker).
 """
 
@@ -35,14 +35,14 @@ def readings(root) -> dict:
 
 
 def keys(groups):
-    from guard_core.groups import server_view
+    from guard_core.deployment.groups import server_view
 
     return sorted(g.key for g in server_view([g for g in groups if g.kind != "mla"], "sglang"))
 
 
 def test_corpus_read_as_sglang_reads_it(tmp_path, record_property):
-    from guard_core.groups import GroupsError, rank_groups_from
-    from guard_core.presets import ModelError, load_model
+    from guard_core.deployment.groups import GroupsError, rank_groups_from
+    from guard_core.deployment.presets import ModelError, load_model
 
     res = readings(str(tmp_path))
     agree, refused, differ = [], [], []

@@ -46,7 +46,7 @@ MIB = 1 << 20
 
 def _graph_max_flag(line: str) -> str:
     """The decode CUDA-graph ceiling's spelling on this line (renamed with the per-phase graph
-    config; --cuda-graph-max-bs is ambiguous there: guard_core/server_options/sglang-0.5.20.json)."""
+    config; --cuda-graph-max-bs is ambiguous there: guard_core/deployment/server_options/sglang-0.5.20.json)."""
     parts = tuple(int(x) for x in line.split(".")[:3] if x.isdigit())
     return "--cuda-graph-max-bs-decode" if parts >= (0, 5, 20) else "--cuda-graph-max-bs"
 
@@ -131,7 +131,7 @@ def _command(d: dict, model_dir: str) -> list[str]:
 
 
 def _plan(d: dict, model_dir: str) -> dict:
-    from guard_core import cli
+    from guard_core.commands import cli
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

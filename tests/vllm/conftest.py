@@ -46,7 +46,7 @@ SCENARIOS: dict[str, tuple[list[str], dict[str, str]]] = {
     "moe_mxfp4_route_baseline": (["moe_env_route", "--machine", "aarch64", "--no-plugins"],
                                  {"VLLM_USE_FLASHINFER_MOE_MXFP4_BF16": "1", "VLLM_PLUGINS": ""}),
     "moe_broken_hook": (["moe", "--machine", "aarch64"], {"FG_TEST_BREAK_MOE": "1"}),
-    # one per evidence-table row (guard_core.moe_evidence), on the real selection code: the
+    # one per evidence-table row (guard_core.flashinfer.moe_evidence), on the real selection code: the
     # host, the GPU family (--cc) and the FlashInfer release the guard reads (--fi) simulated
     "moe_row_grace": (["moe", "--machine", "aarch64", "--explicit", "--fi", "0.6.15.post1"], AUTO),
     "moe_row_any_host": (["moe", "--machine", "x86_64", "--explicit", "--fi", "0.6.15.post1"], AUTO),

@@ -107,7 +107,7 @@ def adapter(d: dict, model: str, cls, platform_gpu) -> dict:
 
     import realcalls_scenarios as rs
     from guard_core import gpus
-    from guard_core.server_defaults import GPU_MEMORY
+    from guard_core.deployment.server_defaults import GPU_MEMORY
 
     spec = gpus.find_spec(d["gpu"])
     cls.get_device_total_memory = classmethod(lambda c, device_id=0: GPU_MEMORY[spec.key][0])
@@ -145,7 +145,7 @@ def adapter(d: dict, model: str, cls, platform_gpu) -> dict:
 
 
 def plan(model: str, d: dict) -> dict:
-    from guard_core import cli
+    from guard_core.commands import cli
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

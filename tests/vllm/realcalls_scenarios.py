@@ -421,7 +421,7 @@ def prediction(builder, module) -> dict:
             traceback.print_exc()
         req = decided.outcome.requirement if decided is not None else None
         if req is None:  # the adapter stood down or did not size: the need for the same facts
-            from guard_core.workspace_decision import need
+            from guard_core.decide.workspace import need
 
             req = need(facts).requirement
         planners = req.planners
@@ -699,7 +699,7 @@ def run_case(case: Case, rec, module, args) -> dict:
 def _understate() -> None:
     """A deliberately wrong model: every requirement the vLLM adapter gets is short by the
     dominant plan's largest allocation (the safety net must recover from the real overflow)."""
-    import guard_core.planner_choice as d
+    import guard_core.flashinfer.planner_choice as d
 
     real = d.size_choice
 

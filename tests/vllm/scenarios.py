@@ -273,12 +273,12 @@ def sc_moe(args) -> None:
     fake_flashinfer(args.fi)
     if os.environ.get("FG_TEST_BREAK_MOE"):
         # fault injection: the core's MoE policy raises inside our hook
-        import guard_core.decisions
+        import guard_core.decide.records
 
         def boom(*a, **k):
             raise RuntimeError("injected fault")
 
-        guard_core.decisions.decide_moe = boom
+        guard_core.decide.records.decide_moe = boom
     if not args.no_plugins:
         load_plugins()
     config_backend = None
@@ -414,7 +414,7 @@ def build_builder(max_num_seqs: int = 512, max_num_batched_tokens: int = 8192, c
 def core_need(builder, vc, gpu=TEST_GPU) -> dict:
     """guard_core's answer for the same deployment, stated independently."""
     from guard_core.gpus import Gpu
-    from guard_core.sizing import AttentionLayout, Planners, ServingLimits, compute_requirement, round_up_mib
+    from guard_core.flashinfer.sizing import AttentionLayout, Planners, ServingLimits, compute_requirement, round_up_mib
     from guard_core.versions import flashinfer_version
 
     cap = builder._decode_cudagraph_max_bs
@@ -526,7 +526,7 @@ def sc_discover(args) -> None:
     vllm.plugins.load_general_plugins()
     loaded_by_register = sorted(set(sys.modules) - before_load)
     import vllm_guard.plugin
-    from guard_core import patching
+    from guard_core.runtime import wrapping as patching
 
     result(
         entry_points=eps,

@@ -25,7 +25,7 @@ def test_broken_installs_never_stop_vllms_plugin_loading(tmp_path):
     assert len(results) == 5 * len(broken_installs.modules()) + 3
     assert broken_installs.problems(results, "Failed to load plugin") == []
     # the reproduction: guard_core without lifecycle.py first on sys.path
-    lifecycle = next(r for r in results if r["label"] == "guard_core/lifecycle.py removed")
+    lifecycle = next(r for r in results if r["label"] == "guard_core/runtime/lifecycle.py removed")
     said = [m for _, _, m, _ in lifecycle["records"] if "[flashinfer-guard]" in m]
     assert len(said) == 1 and "lifecycle" in said[0] and "ImportError" in said[0], lifecycle
     # an intact entry point with a broken core still loads and says so, not vLLM's traceback

@@ -8,7 +8,7 @@ reporting the simulated GPU (name, total memory, compute capability) and static
 CUDA graphs allowed (nothing else is faked), and reports what vLLM chose: max
 seqs, max batched tokens, the CUDA-graph capture sizes and ceiling, the
 FlashInfer workspace it would allocate and the decode-graph limit of its
-FlashInfer builder. The same inputs go through ``guard_core.server_defaults.derive``
+FlashInfer builder. The same inputs go through ``guard_core.deployment.server_defaults.derive``
 (the table ``plan`` uses) and must give the same numbers, so the table cannot
 drift from the code silently; the adapter's live reading of vLLM's buffer rule
 (``vllm_guard.workspace_facts.server_bytes`` on the same builder) must give vLLM's
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from guard_core.server_defaults import GPU_MEMORY, Deployment, default_workspace, derive
+from guard_core.deployment.server_defaults import GPU_MEMORY, Deployment, default_workspace, derive
 from guard_core.gpus import find_spec
 from tests.common import forkserver  # noqa: E402
 
@@ -235,7 +235,7 @@ def test_pinned_flashinfer_is_installed_one():
 def test_whole_plan_path_reads_command_and_matches():
     real = vllm_says("b300", {"max_num_seqs": 528})
     proc = subprocess.run(
-        [sys.executable, "-m", "guard_core.cli", "plan", "--json", "--gpu", "b300", "--framework-version", VLLM,
+        [sys.executable, "-m", "guard_core.commands.cli", "plan", "--json", "--gpu", "b300", "--framework-version", VLLM,
          "--trtllm-attention", "off", "--", "vllm", "serve", MODEL, "--max-num-seqs", "528", "--port", "8000"],
         capture_output=True, text=True, env=_env(), cwd=str(REPO), timeout=300)
     assert proc.returncode == 0, proc.stderr

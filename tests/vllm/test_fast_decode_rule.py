@@ -1,4 +1,4 @@
-"""guard_core.releases.FOLLOWS_FLASHINFER_DECODE, read from the installed wheels of this line.
+"""guard_core.flashinfer.releases.FOLLOWS_FLASHINFER_DECODE, read from the installed wheels of this line.
 
 Whether vLLM's tensor-core decode follows FlashInfer's own decode arguments
 (``uniform_q_len``) depends on whether its ``fast_plan_decode`` calls FlashInfer
@@ -15,7 +15,7 @@ import importlib.metadata as md
 import importlib.util
 from pathlib import Path
 
-from guard_core import releases
+from guard_core.flashinfer import releases
 
 
 def _source(package: str, *parts: str) -> ast.Module:

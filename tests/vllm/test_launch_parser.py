@@ -1,8 +1,8 @@
 """`flashinfer-guard plan -- <vLLM launch command>` reads the command as the installed vLLM does (issue #22).
 
 Ground truth is vLLM's own argument parser (the `vllm serve` subparser under its
-FlexibleArgumentParser, through guard_core.server_parsers). The built-in reader
-(argparse rebuilt from guard_core/server_options/vllm-<line>.json plus vLLM's
+FlexibleArgumentParser, through guard_core.deployment.server_parsers). The built-in reader
+(argparse rebuilt from guard_core/deployment/server_options/vllm-<line>.json plus vLLM's
 pre-processing, for machines without vLLM) must resolve every generated command
 to the same deployment; the committed option table must be what the installed
 parser says. Expected values come from vLLM's parser or from the command text.
@@ -35,7 +35,7 @@ def both(cmd: list[str], tmp_env=None):
 
 
 def test_committed_option_table_is_the_installed_parsers():
-    """guard_core/server_options/vllm-<installed>.json == what ci/dump_server_options.py reads now."""
+    """guard_core/deployment/server_options/vllm-<installed>.json == what ci/dump_server_options.py reads now."""
     common.assert_option_table_is_the_installed_parsers("vllm", VLLM)
 
 
@@ -116,7 +116,7 @@ def test_unknown_and_bad_values_refused_like_the_server():
 
 
 def test_case10_plan_simulates_the_installed_line_by_default():
-    p = forkserver.run([sys.executable, "-m", "guard_core.cli", "plan", "--json", "--gpu", "b300", "--",
+    p = forkserver.run([sys.executable, "-m", "guard_core.commands.cli", "plan", "--json", "--gpu", "b300", "--",
                         "vllm", "serve", "nvidia/Qwen3.5-397B-A17B-NVFP4", "--max-num-seqs", "528"],
                        capture_output=True, text=True, cwd=str(REPO), timeout=600,
                        env={**os.environ, **ENV, "PYTHONPATH": str(REPO)})
@@ -130,7 +130,7 @@ def test_case10_plan_simulates_the_installed_line_by_default():
 def test_case11_huge_values_and_deep_json_are_one_line_exit_2():
     for tail in (["--max-num-seqs", "134217728", "--max-cudagraph-capture-size", "134217728"],
                  ["-cc", "{\"a\":" * 5000 + "1" + "}" * 5000]):
-        p = forkserver.run([sys.executable, "-m", "guard_core.cli", "plan", "--gpu", "b300", "--", "vllm", "serve",
+        p = forkserver.run([sys.executable, "-m", "guard_core.commands.cli", "plan", "--gpu", "b300", "--", "vllm", "serve",
                             "m"] + tail, capture_output=True, text=True, cwd=str(REPO), timeout=300,
                            env={**os.environ, **ENV, "PYTHONPATH": str(REPO)})
         assert p.returncode == 2, (p.returncode, p.stderr[-1000:])
@@ -236,7 +236,7 @@ def generate(rng, options: set[str], tmp: Path) -> list[str]:
 def test_generated_commands_resolve_the_same_through_both_readers(seed, tmp_path):
     """The property: for every generated command, vLLM's own parser and the built-in reader give
     the same resolved deployment (or both refuse it)."""
-    from guard_core.server_parsers import _vllm_parser
+    from guard_core.deployment.server_parsers import _vllm_parser
 
     options = {o for a in _vllm_parser()[1]._actions for o in a.option_strings if o.startswith("--")}
     rng = random.Random(1000 + seed)
@@ -282,7 +282,7 @@ def test_issue29_readers_agree_on_generated_commands_behind_prefixes(seed, tmp_p
     both readers on the prefixed one, accept or refuse alike and resolve to the same deployment,
     with the workspace variable seen exactly where the prefix passes it on (before: the issue's
     cases disagreed)."""
-    from guard_core.server_parsers import _vllm_parser
+    from guard_core.deployment.server_parsers import _vllm_parser
 
     options = {o for a in _vllm_parser()[1]._actions for o in a.option_strings}
     accepted = common.assert_readers_agree_on_generated_commands("vllm", VLLM, options, tmp_path, 2900 + seed, 150)

@@ -29,8 +29,8 @@ def vllm_readings(tmp_path_factory):
 
 
 def builtin(name: str, tp: int):
-    from guard_core.groups import GroupsError
-    from guard_core.presets import ModelError, load_model
+    from guard_core.deployment.groups import GroupsError
+    from guard_core.deployment.presets import ModelError, load_model
 
     try:
         facts = load_model(os.path.join(CORPUS, name + ".json"))
@@ -40,7 +40,7 @@ def builtin(name: str, tp: int):
 
 
 def compare(readings):
-    from guard_core.groups import rank_groups_from
+    from guard_core.deployment.groups import rank_groups_from
 
     agree, refused, differ = [], [], []
     for name in corpus():
@@ -81,7 +81,7 @@ def test_corpus_read_as_vllm_reads_it(vllm_readings, record_property):
                                   "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "Llama-4-Scout-17B-16E-Instruct",
                                   "gpt-oss-20b", "Qwen3.5-397B-A17B"])
 def test_named_models_read_as_vllm_reads_them(vllm_readings, name):
-    from guard_core.groups import rank_groups_from
+    from guard_core.deployment.groups import rank_groups_from
 
     r = vllm_readings[name]
     if not r.get("ok"):
@@ -101,7 +101,7 @@ def test_plan_uses_vllms_reading_and_says_the_builtin_agrees(tmp_path):
     d.mkdir()
     shutil.copy(os.path.join(CORPUS, "gpt-oss-20b.json"), d / "config.json")
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    p = forkserver.run([sys.executable, "-m", "guard_core.cli", "plan", "--json", "--model", str(d),
+    p = forkserver.run([sys.executable, "-m", "guard_core.commands.cli", "plan", "--json", "--model", str(d),
                         "--framework-version", "0.23.0", "--gpu", "h100", "--tp", "8"],
                        capture_output=True, text=True, timeout=600, env=env, cwd=REPO)
     assert p.returncode == 0, p.stderr[-1000:]

@@ -155,7 +155,7 @@ def _retry_failures(net, torch) -> dict:
 def main() -> None:
     import torch
 
-    from guard_core import safety_net as net
+    from guard_core.runtime import safety_net as net
 
     print("RETRY " + json.dumps(_retry_failures(net, torch)), flush=True)
     net._state["log"] = _Log()

@@ -14,13 +14,13 @@ import json
 import platform
 import sys
 
-from . import __version__
-from .decisions import moe_verdict
-from .gpus import Gpu, find_spec, gpu_names
-from .presets import DEFAULT_MODEL, PRESETS, ModelError, load_model
-from .settings import load_settings
-from .versions import flashinfer_version, installed_version
-from . import flashinfer_model as fm
+from guard_core import __version__
+from guard_core.decide.records import moe_verdict
+from guard_core.gpus import Gpu, find_spec, gpu_names
+from guard_core.deployment.presets import DEFAULT_MODEL, PRESETS, ModelError, load_model
+from guard_core.runtime.settings import load_settings
+from guard_core.versions import flashinfer_version, installed_version
+from guard_core.flashinfer import planner as fm
 
 __all__ = ["SIGPIPE_EXIT", "build_parser", "main", "run_doctor"]
 
@@ -51,7 +51,7 @@ _MAX_CAPTURE_SIZES = 1024
 
 
 def _show(text) -> str:
-    from .settings import show_value
+    from guard_core.runtime.settings import show_value
     return show_value(text)
 
 
@@ -96,7 +96,7 @@ def _sizes(text):
 
 def _version_of(name, example):
     def conv(text):
-        from .settings import bounded_version
+        from guard_core.runtime.settings import bounded_version
         v = bounded_version(text)
         if v is None:
             raise argparse.ArgumentTypeError(f"{name} must be a version such as {example} "
@@ -279,17 +279,17 @@ def _resolve_gpu(a) -> Gpu:
 
 
 def _parse_workspace(text: str) -> int:
-    from .settings import parse_size
+    from guard_core.runtime.settings import parse_size
     n = parse_size(text)
     if n is None:
-        from .settings import SIZE_ACCEPTED
+        from guard_core.runtime.settings import SIZE_ACCEPTED
         raise UsageError(f"--workspace must be {SIZE_ACCEPTED}, got {_show(text)}")
     return n
 
 
 def run_plan(a) -> dict:
     """The plan for parsed options (``a.launch``: the command after ``--``); logic in plan_report."""
-    from .plan_report import PlanUsageError, build
+    from guard_core.commands.plan_report import PlanUsageError, build
     if not hasattr(a, "launch"):
         a.launch = None
     try:
@@ -299,7 +299,7 @@ def run_plan(a) -> dict:
 
 
 def print_plan(r: dict, show_all: bool, out=sys.stdout) -> None:
-    from .plan_report import print_report
+    from guard_core.commands.plan_report import print_report
     print_report(r, show_all, out=out)
 
 
@@ -308,7 +308,7 @@ def _doctor_model(path: str, tp: int, w) -> None:
     import importlib.util
     import os
 
-    from .groups import GroupsError, read_with_server
+    from guard_core.deployment.groups import GroupsError, read_with_server
 
     cfg_path = os.path.join(path, "config.json") if os.path.isdir(path) else path
     try:
@@ -339,7 +339,7 @@ def _doctor_model_usable(path: str, tp: int) -> None:
     """``doctor --model``: a model it cannot read (no such file, not a config, heads that do not
     split at ``--tp``, an empty name) is refused in one line, exit 2, like ``plan --model``;
     never a report that carries the error in one of its lines with exit 0 (issue 29)."""
-    from .groups import GroupsError
+    from guard_core.deployment.groups import GroupsError
 
     try:
         load_model(path).model_groups().per_rank(tp)
@@ -356,7 +356,7 @@ def run_doctor(out=sys.stdout, model: str | None = None, tp: int = 1) -> int:
     settings = load_settings()
     fi = flashinfer_version()
     fi_raw = fi
-    from .versions import is_version
+    from guard_core.versions import is_version
     if fi is not None and not is_version(fi):
         fi = None  # named below; every check that needs a version reads it as unknown
     w(f"flashinfer-guard {__version__}\n")
@@ -368,13 +368,13 @@ def run_doctor(out=sys.stdout, model: str | None = None, tp: int = 1) -> int:
             continue
         w(f"{d:<18} {v or 'not installed'}\n")
     vers = {d: (v if v is None or is_version(v) else None) for d, v in vers.items()}
-    from .releases import describe as describe_support
+    from guard_core.flashinfer.releases import describe as describe_support
 
     for line in describe_support({"vllm": vers["vllm"], "sglang": vers["sglang"], "flashinfer": fi}):
         w(f"checked    {line}\n")
     gpu = None
     if vers["torch"]:
-        from .gpus import detect_gpu
+        from guard_core.gpus import detect_gpu
         gpu = detect_gpu()
     w(f"gpu        {f'{gpu.name}: {gpu.num_sms} SMs, cc {gpu.cc[0]}.{gpu.cc[1]}' if gpu else 'none visible'}\n")
     for group, expect in (("vllm.general_plugins", "vllm_guard"), ("sglang.srt.plugins", "sglang_guard")):
@@ -435,7 +435,7 @@ def run_presets(as_json: bool, out=sys.stdout) -> int:
 
 def _check_args(a) -> None:
     """What argparse's converters cannot see: empty names, versions of the framework."""
-    from .settings import bounded_version
+    from guard_core.runtime.settings import bounded_version
 
     model = getattr(a, "model", None)
     if model is not None and not model.strip():
@@ -534,7 +534,7 @@ def main(argv=None) -> int:
 
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    from .plan_report import split_launch
+    from guard_core.commands.plan_report import split_launch
     argv, launch_cmd = split_launch(argv)  # plan [opts] -- <the server's launch command>
     out = io.StringIO()
     code = 0

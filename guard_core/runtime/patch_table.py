@@ -46,7 +46,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .patching import PatchSet, forget_import_hook, guarded, rebind_everywhere, when_imported
+from guard_core.runtime.wrapping import PatchSet, forget_import_hook, guarded, rebind_everywhere, when_imported
 
 __all__ = ["PatchRow", "PatchTable", "Wrap", "resolve_path"]
 

@@ -8,13 +8,13 @@ model alike:
   inside (tests/vllm, tests/sglang, ci/matrix.sh). Outside them the guards still
   act - their targets are found by feature, never by version string - and say
   so once per process (``line_note``). The one list of lines: ci/matrix.sh and
-  ci/matrix_report.py read it (``python3 -m guard_core.releases --lines``), and
+  ci/matrix_report.py read it (``python3 -m guard_core.flashinfer.releases --lines``), and
   tests/core/test_ci_lines.py ties the locks and the default CI runs to it.
 * ``FLASHINFER_RELEASES``: the one table of FlashInfer release knowledge: the
   planner sizing families, the GQA groups the CUDA-core decode kernels are
   compiled for, which callers pass ``uniform_q_len`` to the planner, and the
   first release whose TRT-LLM fused MoE the MoE guard trusts on aarch64.
-  ``guard_core.flashinfer_model`` derives its families and feature flags from
+  ``guard_core.flashinfer.planner`` derives its families and feature flags from
   it. ``FLASHINFER_CHECKED`` are the releases whose real planner code the
   conformance suite (tests/conformance) compiles and compares byte for byte;
   a newer FlashInfer is sized with the newest family and the decision says
@@ -103,7 +103,7 @@ FOLLOWS_FLASHINFER_DECODE = ("sglang", "vllm")
 
 
 def _key(version: str) -> tuple:
-    from .versions import parse_version
+    from guard_core.versions import parse_version
 
     return parse_version(version)
 
@@ -228,7 +228,7 @@ def announce(framework: str, log, version: str | None = None) -> str | None:
     """Say ``line_note`` once per process through ``log`` (a GuardLog); never raises."""
     try:
         if version is None:
-            from .versions import installed_version
+            from guard_core.versions import installed_version
 
             version = installed_version(DISTRIBUTION[framework])
         note = line_note(framework, version)
@@ -274,7 +274,7 @@ def line_label(framework: str, version: str | None = None) -> str:
     """'vLLM 0.23.0' (the installed line, or ``version``), for log lines naming where."""
     if version is None:
         try:
-            from .versions import installed_version
+            from guard_core.versions import installed_version
 
             version = installed_version(DISTRIBUTION[framework])
         except Exception:
@@ -288,7 +288,7 @@ def unaffected_moe_host(decision) -> bool:
     DEBUG. An aarch64 host's stand-down on a reaching GPU stays at INFO (where the guard
     used to act)."""
     try:
-        from .moe_evidence import ARM_MACHINES, reaches
+        from guard_core.flashinfer.moe_evidence import ARM_MACHINES, reaches
 
         inputs = decision.inputs
         if decision.block or getattr(decision, "action", "none") != "none":
@@ -344,13 +344,13 @@ def matrix_lines(framework: str | None = None) -> tuple[str, ...]:
 
 
 def main(argv=None) -> int:
-    """``python3 -m guard_core.releases --lines [vllm|sglang]``: the checked lines, one
+    """``python3 -m guard_core.flashinfer.releases --lines [vllm|sglang]``: the checked lines, one
     space-separated line (what the CI scripts read; no import beyond this module)."""
     import sys
 
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] != "--lines" or len(args) > 2 or (len(args) == 2 and args[1] not in CHECKED_LINES):
-        print("usage: python3 -m guard_core.releases --lines [vllm|sglang]", file=sys.stderr)
+        print("usage: python3 -m guard_core.flashinfer.releases --lines [vllm|sglang]", file=sys.stderr)
         return 2
     print(" ".join(matrix_lines(args[1] if len(args) == 2 else None)))
     return 0

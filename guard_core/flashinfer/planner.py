@@ -9,7 +9,7 @@ and ``include/flashinfer/utils.cuh`` (``FA2DetermineCtaTileQ``) in the
 that real code and checks this model against it byte for byte.
 
 Release families (first release of each; the data lives in the one release
-table, ``guard_core.releases.FLASHINFER_RELEASES``, which also holds the decode
+table, ``guard_core.flashinfer.releases.FLASHINFER_RELEASES``, which also holds the decode
 GQA groups, the ``uniform_q_len`` callers and the MoE fix release):
 
 =============  =============================================================
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable, NamedTuple, Sequence
 
-from . import releases
+from guard_core.flashinfer import releases
 
 __all__ = ["Allocation", "FAMILIES", "Features", "Plan", "PlannerError", "cta_tile_q", "decode_group_sizes",
            "decode_plan", "decode_uniform_q_len", "family", "features", "prefill_plan", "run_planner", "sm90_plan"]
@@ -42,7 +42,7 @@ __all__ = ["Allocation", "FAMILIES", "Features", "Plan", "PlannerError", "cta_ti
 U32 = 0xFFFFFFFF
 
 # (first release, family name) in ascending order, from the one release table
-# (guard_core.releases.FLASHINFER_RELEASES).
+# (guard_core.flashinfer.releases.FLASHINFER_RELEASES).
 FAMILIES = releases.families()
 family = releases.family  # the sizing family of a release: the release table's answer
 

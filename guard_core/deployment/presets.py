@@ -34,7 +34,7 @@ class ModelFacts:
     attention_layers: int = 0  # layers that go through FlashInfer's attention planners
     kind: str = "gqa"  # gqa | hybrid | mla
     note: str = ""
-    # every attention layer group (guard_core.groups.ModelGroups); None: one group of the fields above
+    # every attention layer group (guard_core.deployment.groups.ModelGroups); None: one group of the fields above
     groups: object = None
 
     @property
@@ -42,8 +42,8 @@ class ModelFacts:
         return self.kind == "mla"
 
     def model_groups(self):
-        """The attention layer groups (guard_core.groups.ModelGroups)."""
-        from .groups import single
+        """The attention layer groups (guard_core.deployment.groups.ModelGroups)."""
+        from guard_core.deployment.groups import single
 
         if self.groups is not None:
             return self.groups
@@ -162,7 +162,7 @@ def _parse_int(text: str):
 
 def show_path(path) -> str:
     """A path for a one-line message: as is when printable ASCII, else escaped; bounded."""
-    from .settings import show_value
+    from guard_core.runtime.settings import show_value
 
     if isinstance(path, str) and path.isascii() and path.isprintable() and len(path) <= 200:
         return path
@@ -224,10 +224,10 @@ def facts_from_config(cfg: dict, name: str = "config.json") -> ModelFacts:
             raise ModelError(f"{shown}: {sub} must be an object, got {_show_json(v)}")
         if v and text is cfg:
             text = v
-    from .groups import _TEXT_DEFAULTS
+    from guard_core.deployment.groups import _TEXT_DEFAULTS
 
     # a nested text config that leaves fields out gets its model type's defaults
-    # (llava-1.5: transformers builds a LlamaConfig from it; see guard_core.groups)
+    # (llava-1.5: transformers builds a LlamaConfig from it; see guard_core.deployment.groups)
     defaults = _TEXT_DEFAULTS.get(text.get("model_type")) if text is not cfg else None
 
     def raw(key):
@@ -246,7 +246,7 @@ def facts_from_config(cfg: dict, name: str = "config.json") -> ModelFacts:
     heads = get("num_attention_heads")
     kv = get("num_key_value_heads", heads)
     layers = get("num_hidden_layers", 0)
-    # MiniCPM3 has kv_lora_rank but vLLM and SGLang run it with ordinary attention (guard_core.groups)
+    # MiniCPM3 has kv_lora_rank but vLLM and SGLang run it with ordinary attention (guard_core.deployment.groups)
     if get("kv_lora_rank") is not None and raw("model_type") != "minicpm3":
         qk = get("qk_nope_head_dim", 128) + get("qk_rope_head_dim", 64)
         return _with_groups(cfg, name, ModelFacts(
@@ -282,11 +282,11 @@ def facts_from_config(cfg: dict, name: str = "config.json") -> ModelFacts:
 
 
 def _with_groups(cfg: dict, name: str, facts: ModelFacts) -> ModelFacts:
-    """The facts with every attention layer group (guard_core.groups.read_config),
+    """The facts with every attention layer group (guard_core.deployment.groups.read_config),
     the headline numbers taken from the group with the largest need per token."""
     from dataclasses import replace as _replace
 
-    from .groups import GroupsError, read_config as read_groups
+    from guard_core.deployment.groups import GroupsError, read_config as read_groups
 
     try:
         mg = read_groups(cfg, name)
@@ -374,7 +374,7 @@ def load_model(spec: str) -> ModelFacts:
         return facts_from_config(read_config(spec), spec)
     found = find_preset(spec)
     if found is None:
-        from .settings import show_value
+        from guard_core.runtime.settings import show_value
 
         raise ModelError(f"unknown model {show_value(spec, 200)}: give a config.json path or one of: "
                          f"{', '.join(preset_names())}")

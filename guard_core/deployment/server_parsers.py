@@ -1,6 +1,6 @@
 """The installed server's own launch-command parser, for ``flashinfer-guard plan -- <command>``.
 
-Only ``guard_core.launch_command.parse_launch`` imports this module, on the CLI path, and it
+Only ``guard_core.deployment.launch_command.parse_launch`` imports this module, on the CLI path, and it
 imports vLLM or SGLang lazily inside the functions below: never on a server's
 start-up path (the plugin runs inside the server, which has parsed its own
 command already).
@@ -128,7 +128,7 @@ def _check_config_files(tokens: list[str]) -> None:
     """Every ``--config`` file passes the built-in reader's bounds (a regular file, at most
     1 MiB, few YAML aliases, bounded depth) before the server's parser opens it: a FIFO would
     hang it, /dev/zero or an alias bomb exhaust memory. Same refusal line as the built-in reader."""
-    from .command_limits import bounded_config_text
+    from guard_core.deployment.command_limits import bounded_config_text
 
     for path in _config_paths(tokens):
         bounded_config_text(path)
@@ -144,7 +144,7 @@ def _config_paths(tokens: list[str]) -> list[str]:
 def _refusal(label: str, tokens: list[str], exc: BaseException):
     """The server parser's refusal as one line: the --config file it read, if any, and the
     parser's own message with its line breaks folded (PyYAML's messages span several lines)."""
-    from .command_limits import LaunchError
+    from guard_core.deployment.command_limits import LaunchError
 
     configs = _config_paths(tokens)
     where = f" (--config {configs[0]!r})" if configs else ""
@@ -160,8 +160,8 @@ def server_read(framework: str, form: str, tokens: list[str]) -> tuple[dict, lis
     """(namespace dict, [(dest, option string, values), ...]) from the installed server's parser.
     Raises ``ServerParserUnavailable`` when it cannot be built, ``LaunchError`` when it refuses
     the command (as the server would)."""
-    from .command_limits import MAX_JSON_DEPTH, LaunchError, check_json_text
-    from .server_defaults import framework_label
+    from guard_core.deployment.command_limits import MAX_JSON_DEPTH, LaunchError, check_json_text
+    from guard_core.deployment.server_defaults import framework_label
 
     _check_config_files(tokens)
     for t in tokens:  # the parsers json.loads option values and nest dotted keys: bound the nesting first

@@ -1,6 +1,6 @@
 """What is known about FlashInfer's TRT-LLM (trtllm-gen) routed fused MoE faults, as data.
 
-One table, read by the MoE decision (``guard_core.decisions.decide_moe``), both
+One table, read by the MoE decision (``guard_core.decide.records.decide_moe``), both
 adapters, ``flashinfer-guard doctor`` and ``flashinfer-guard plan``. Each row is
 (GPU family, MoE ops, FlashInfer release range, phase, host where it matters) ->
 risk, with the sources it rests on and what the guard does about it by default
@@ -161,7 +161,7 @@ TABLE: tuple[EvidenceRow, ...] = (
 
 
 def _key(version: str):
-    from .versions import parse_version
+    from guard_core.versions import parse_version
 
     return parse_version(version)
 

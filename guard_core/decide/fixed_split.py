@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from .settings import WORKSPACE_MAX, Settings
-from .sizing import compute_requirement, fixed_split_fixes, longest_fitting_context, round_up_mib
-from .units import GIB, fmt_mib, fmt_mib_gib
+from guard_core.runtime.settings import WORKSPACE_MAX, Settings
+from guard_core.flashinfer.sizing import compute_requirement, fixed_split_fixes, longest_fitting_context, round_up_mib
+from guard_core.units import GIB, fmt_mib, fmt_mib_gib
 
 __all__ = ["SGLANG_FORCED_BYTES", "assess", "gpu_memory_bytes", "sglang_min_kv_pool_tokens", "split_sizes_from_env"]
 
@@ -48,7 +48,7 @@ def sglang_min_kv_pool_tokens(line: str | None) -> int:
     0.5.23, ``max_req_input_len = max_req_len - 5 > 0`` (managers/tp_worker.py 0.5.5:295-302,
     0.5.11:302-309; 0.5.23:421-425 checks max_req_len only). The lines between 0.5.11 and
     0.5.23 were not read: taken as 0.5.11."""
-    from .versions import is_version, version_lt
+    from guard_core.versions import is_version, version_lt
 
     return 2 if line and is_version(line) and not version_lt(line, "0.5.23") else 7
 
@@ -101,8 +101,8 @@ def gpu_memory_bytes(gpu, device=None) -> int | None:
     except Exception:
         pass
     try:
-        from .server_defaults import gpu_memory
-        from .gpus import GPU_TABLE, find_spec
+        from guard_core.deployment.server_defaults import gpu_memory
+        from guard_core.gpus import GPU_TABLE, find_spec
 
         spec = find_spec(gpu.name) if gpu is not None else None
         if spec is None and gpu is not None:  # the table's own display name (offline / test GPUs)

@@ -62,9 +62,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .releases import CHECKED_LINES  # the lines whose wheels the rules here were read from
-from .units import GIB, MIB
-from .versions import is_version, parse_version
+from guard_core.flashinfer.releases import CHECKED_LINES  # the lines whose wheels the rules here were read from
+from guard_core.units import GIB, MIB
+from guard_core.versions import is_version, parse_version
 
 __all__ = ["DEFAULT_LINE", "Deployment", "GPU_MEMORY", "SGLANG_LARGE", "default_workspace", "derive",
            "framework_label", "gpu_memory", "installed_line", "is_aarch64_gpu", "pinned_flashinfer",
@@ -645,7 +645,7 @@ def derive(d: Deployment) -> Defaults:
         line, src = DEFAULT_LINE[fw], f"default: the {framework_label(fw)} seed's line; --framework-version to change"
     out = vllm_defaults(d, line, src) if fw == "vllm" else sglang_defaults(d, line, src)
     if not d.line and not d.flashinfer and installed_line(fw):
-        from .versions import flashinfer_version
+        from guard_core.versions import flashinfer_version
         fi = flashinfer_version()
         if fi and is_version(fi):
             out.values["flashinfer"] = Derived(fi, f"installed beside {framework_label(fw)} {line}")
@@ -654,7 +654,7 @@ def derive(d: Deployment) -> Defaults:
 
 def installed_line(framework: str) -> str | None:
     """The installed version of ``framework`` when it is one (importlib.metadata; never imports it)."""
-    from .versions import installed_version
+    from guard_core.versions import installed_version
     v = installed_version(framework)
     return v if v and is_version(v) else None
 

@@ -11,11 +11,11 @@ Accepted forms (after ``flashinfer-guard plan [opts] --``):
 Two readers give the same resolved deployment:
 
 - **the server's own parser** where the command's server is installed at the simulated
-  line (``guard_core.server_parsers``: vLLM's ``FlexibleArgumentParser`` with the serve
+  line (``guard_core.deployment.server_parsers``: vLLM's ``FlexibleArgumentParser`` with the serve
   arguments, SGLang's ``ServerArgs.add_cli_args``), imported here only, lazily, on the CLI
   path;
 - **the built-in reader** elsewhere: an argparse parser rebuilt from the server's option
-  table as dumped from the real parser (``guard_core/server_options/*.json``,
+  table as dumped from the real parser (``guard_core/deployment/server_options/*.json``,
   ``ci/dump_server_options.py``), so aliases (``-tp``, ``-sc``, ``-cc``), unique prefixes
   (argparse abbreviations), ``nargs="+"`` lists and ``--no-`` flags behave as in the server,
   after the same pre-processing vLLM's ``FlexibleArgumentParser.parse_args`` does
@@ -40,9 +40,9 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from .command_limits import MAX_JSON_DEPTH, LaunchError, bounded_config_text, check_json_text
-from .server_defaults import framework_label
-from .releases import NATIVE_VAR
+from guard_core.deployment.command_limits import MAX_JSON_DEPTH, LaunchError, bounded_config_text, check_json_text
+from guard_core.deployment.server_defaults import framework_label
+from guard_core.flashinfer.releases import NATIVE_VAR
 
 __all__ = ["Launch", "LaunchError", "attention_backend_note", "image_line", "load_table", "parse_launch",
            "table_versions"]
@@ -120,7 +120,7 @@ SGLANG_EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
 READ_ENV = ("SGLANG_FLASHINFER_PREFILL_SPLIT_TILE_SIZE", "SGLANG_FLASHINFER_DECODE_SPLIT_TILE_SIZE")
 
 # Bounds of every number read from a launch command: those of the plan options
-# (guard_core/cli.py _INT_BOUNDS), checked on the text or the parsed value before use.
+# (guard_core/commands/cli.py _INT_BOUNDS), checked on the text or the parsed value before use.
 BOUNDS = {"parallel": 1024, "max_num_seqs": 65536, "max_capture": 16384, "max_batched_tokens": 1 << 24,
           "max_model_len": 1 << 27, "draft_tokens": 128, "page_size": 65536}
 MAX_CAPTURE_SIZES = 1024
@@ -731,7 +731,7 @@ _TABLE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "server_op
 
 
 def table_versions(framework: str) -> list[str]:
-    from .versions import parse_version
+    from guard_core.versions import parse_version
     try:
         names = os.listdir(_TABLE_DIR)
     except OSError:
@@ -742,7 +742,7 @@ def table_versions(framework: str) -> list[str]:
 
 def load_table(framework: str, line: str | None) -> dict:
     """The dumped option table of ``line`` (the newest one not above it, else the oldest)."""
-    from .versions import parse_version
+    from guard_core.versions import parse_version
     vs = table_versions(framework)
     if not vs:
         raise LaunchError(f"no {framework} option table in {_TABLE_DIR}: reinstall flashinfer-guard")
@@ -1460,13 +1460,13 @@ def parse_launch(argv: list[str], *, line: str | None = None, environ=None, read
     framework, form, tokens, env, ops = split_command(list(argv))
     if environ is None:
         environ = os.environ
-    from .server_defaults import installed_line
+    from guard_core.deployment.server_defaults import installed_line
     image = image_line(framework, form)
     installed = installed_line(framework)
     target = line or image or installed
     use_server = reader == "server" or (reader == "auto" and installed is not None and target == installed)
     if use_server:
-        from .server_parsers import ServerParserUnavailable, server_read
+        from guard_core.deployment.server_parsers import ServerParserUnavailable, server_read
         try:
             ns, seen = server_read(framework, form, tokens)
         except ServerParserUnavailable as exc:
@@ -1481,7 +1481,7 @@ def parse_launch(argv: list[str], *, line: str | None = None, environ=None, read
             return out
     else:
         fallback = ""
-    from .server_defaults import DEFAULT_LINE
+    from guard_core.deployment.server_defaults import DEFAULT_LINE
     table = load_table(framework, target or DEFAULT_LINE[framework])
     ns, seen = builtin_read(framework, form, tokens, table, strict=table["version"] == (target or DEFAULT_LINE[framework]))
     out = resolve(framework, form, ns, seen, env, environ,
@@ -1513,7 +1513,7 @@ def image_tag_note(framework: str, form: str) -> tuple[str | None, str | None]:
     """(the line to simulate, None) where the image tag names a release of a line read here
     (``releases.CHECKED_LINES``); else (None, why the tag is not mapped) for an image of that
     server with a tag (a pre-release, a line not read, latest/nightly), (None, None) otherwise."""
-    from .releases import CHECKED_LINES, LINE_PARTS
+    from guard_core.flashinfer.releases import CHECKED_LINES, LINE_PARTS
 
     m = _IMAGE_RE.search(form)
     repo, _, tag = m.group(1).rstrip(":").partition("@")[0].rpartition(":") if m else ("", "", "")

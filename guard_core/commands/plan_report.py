@@ -21,22 +21,22 @@ import sys
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .decisions import moe_verdict
-from .flashinfer_model import family
-from .gpus import find_spec
-from .groups import server_view
-from .hf_cache import find_config, looks_like_model_id
-from .launch_command import LaunchError, attention_backend_note, parse_launch
-from .planner_choice import PlannerFacts, dtype_bytes, dtype_kind, vllm_query_dtypes
-from .presets import DEFAULT_MODEL, ModelError, ModelFacts, find_preset, load_model
-from .releases import NATIVE_VAR
-from .server_defaults import (default_workspace, derive, framework_label, gpu_memory, is_aarch64_gpu,
+from guard_core.decide.records import moe_verdict
+from guard_core.flashinfer.planner import family
+from guard_core.gpus import find_spec
+from guard_core.deployment.groups import server_view
+from guard_core.deployment.hf_cache import find_config, looks_like_model_id
+from guard_core.deployment.launch_command import LaunchError, attention_backend_note, parse_launch
+from guard_core.flashinfer.planner_choice import PlannerFacts, dtype_bytes, dtype_kind, vllm_query_dtypes
+from guard_core.deployment.presets import DEFAULT_MODEL, ModelError, ModelFacts, find_preset, load_model
+from guard_core.flashinfer.releases import NATIVE_VAR
+from guard_core.deployment.server_defaults import (default_workspace, derive, framework_label, gpu_memory, is_aarch64_gpu,
                               sglang_tensor_core_decode, short_line, vllm_per_phase_builder, workspace_source,
                               Deployment)
-from .settings import MASTER, MOE, Settings, load_settings
-from .sizing import INT_WORKSPACE_BYTES, AttentionLayout
-from .units import fmt_size
-from .versions import is_version, parse_version
+from guard_core.runtime.settings import MASTER, MOE, Settings, load_settings
+from guard_core.flashinfer.sizing import INT_WORKSPACE_BYTES, AttentionLayout
+from guard_core.units import fmt_size
+from guard_core.versions import is_version, parse_version
 
 __all__ = ["PlanUsageError", "build", "print_report", "split_launch"]
 
@@ -187,7 +187,7 @@ def build(a, resolve_gpu, environ=None) -> dict:
 
     One path, each stage a function of the one before: read the command -> resolve the
     server's config -> read the model -> the facts the adapter builds -> decide (through
-    ``guard_core.workspace_decision``, as the adapter does) -> report. Nothing here sizes
+    ``guard_core.decide.workspace``, as the adapter does) -> report. Nothing here sizes
     or judges on its own."""
     cmd = read_command(a, environ)
     server = resolve_server(a, cmd, resolve_gpu, environ)
@@ -255,7 +255,7 @@ def read_model(a, cmd: Command, server: ServerConfig) -> ModelView:
 def build_facts(a, cmd: Command, server: ServerConfig, model: ModelView) -> FactsSet:
     """Stage 4: one ``WorkspaceFacts`` per attention group, as the adapter reads its builder
     (layout, limits, planner facts), and the sizes the server allocates."""
-    from .workspace_decision import WorkspaceFacts
+    from guard_core.decide.workspace import WorkspaceFacts
 
     L, fw, notes, defaults = cmd.launch, cmd.framework, cmd.notes, server.defaults
     kv_dtype = _kv_dtype_for_bytes(a, server.kv_dtype, notes)
@@ -286,7 +286,7 @@ def build_facts(a, cmd: Command, server: ServerConfig, model: ModelView) -> Fact
 def _limits(fw, server: ServerConfig, model: ModelView, pfacts, notes: list):
     """The serving limits the adapter reads from the server: vLLM's builder through the core's
     one rule (``workspace_decision.vllm_graph_limits``: which graphs vLLM captures on this line)."""
-    from .workspace_decision import vllm_graph_limits, vllm_reorder_batch_threshold, vllm_spec_decode_graphs
+    from guard_core.decide.workspace import vllm_graph_limits, vllm_reorder_batch_threshold, vllm_spec_decode_graphs
 
     defaults = server.defaults
     draft = defaults.get("draft_tokens") or 0
@@ -313,7 +313,7 @@ def _sglang_runners(server: ServerConfig, draft: int, notes: list) -> list:
     """SGLang's model runners, each with its own backend and limits (``sglang_runner_limits``,
     the adapter's reading): one without speculation; with it the target (verify graphs of the
     draft tokens + 1) and, for the EAGLE family, the draft worker (topk x bs decode requests)."""
-    from .workspace_decision import sglang_runner_limits
+    from guard_core.decide.workspace import sglang_runner_limits
 
     defaults = server.defaults
     base = dict(capture_sizes=defaults.decode_graph_sizes, max_num_seqs=defaults.get("max_num_seqs"),
@@ -351,7 +351,7 @@ def decide(server: ServerConfig, fs: FactsSet) -> Decided:
     builders share the buffer or each allocate the same default), then its ``decide`` (or the
     fixed-split ``assess_fixed_split``/``decide_fixed_split``) twice: as the server runs on
     its own (auto against the buffer: the verdict) and with the switches the guard reads there."""
-    from . import workspace_decision as wd
+    from guard_core.decide import workspace as wd
 
     needs = [(g, runner, f, wd.need(f)) for g, runner, f in fs.groups]
     top = max(needs, key=lambda r: r[3].requirement.float_bytes)
@@ -382,7 +382,7 @@ def decide(server: ServerConfig, fs: FactsSet) -> Decided:
 
 def report(a, cmd: Command, server: ServerConfig, model: ModelView, fs: FactsSet, dd: Decided) -> dict:
     """Stage 6: the plan's record (the ``--json`` output), from the decisions."""
-    from . import workspace_decision as wd
+    from guard_core.decide import workspace as wd
 
     g_top, _runner, facts, computed = dd.top
     req = computed.requirement
@@ -432,7 +432,7 @@ def _guard_fields(server: ServerConfig, dd: Decided) -> dict:
 def _server_environ(L, environ) -> tuple[dict, str]:
     """(the environment the server process sees, why): the exported one through the launch
     command's prefixes (``launch_command.server_environment``)."""
-    from .launch_command import server_environment
+    from guard_core.deployment.launch_command import server_environment
 
     exported = os.environ if environ is None else environ
     if L is None:
@@ -457,8 +457,8 @@ def _read_launch(a, environ, notes: list):
     if not getattr(a, "framework_version", None):
         # the image the command runs pins the server: simulate its line, not the one installed
         # here, where the tag names a release of a line read here; else say which line and why
-        from .launch_command import image_tag_note, split_command
-        from .server_defaults import DEFAULT_LINE
+        from guard_core.deployment.launch_command import image_tag_note, split_command
+        from guard_core.deployment.server_defaults import DEFAULT_LINE
 
         form = split_command(list(a.launch))[1]
         line, why = image_tag_note(launch.framework, form)
@@ -511,8 +511,8 @@ def _overridden(ov: dict, facts, source: str, max_len, path, notes: list):
     import shutil
     import tempfile
 
-    from .launch_command import apply_model_overrides
-    from .presets import facts_from_config, read_config
+    from guard_core.deployment.launch_command import apply_model_overrides
+    from guard_core.deployment.presets import facts_from_config, read_config
 
     if not path:
         notes.append(f"{ov['option']} not applied: the model {facts.name} is a preset without a config.json")
@@ -686,13 +686,13 @@ def _buffers(a, L, fw, line, facts, limits, q: int, dqk: int, det: bool):
         user = L.workspace_bytes if server == L.workspace_bytes else None
     if det:
         user = None
-        from .fixed_split import SGLANG_FORCED_BYTES
+        from guard_core.decide.fixed_split import SGLANG_FORCED_BYTES
 
         server = SGLANG_FORCED_BYTES
         server_src = ("--enable-deterministic-inference: SGLang forces SGLANG_FLASHINFER_WORKSPACE_SIZE to 2 GiB, over "
                       "a user's export (flashinfer_backend.py 0.5.5:183, 0.5.20:423, 0.5.23:451; PR #30244 open)")
     if a.workspace:
-        from .settings import parse_size
+        from guard_core.runtime.settings import parse_size
         buffer = parse_size(a.workspace)
         if buffer is None:
             raise PlanUsageError(f"--workspace must be a size such as 394MiB, 1GiB or a byte count, got {a.workspace!r}")
@@ -734,7 +734,7 @@ def _candidate_rows(facts, computed) -> list:
     """Each candidate planner pair of the top group with its need (``need`` of facts with that pair given)."""
     from dataclasses import replace as _replace
 
-    from .workspace_decision import need
+    from guard_core.decide.workspace import need
 
     choice = computed.choice
     if len(choice.candidates) < 2:
@@ -782,7 +782,7 @@ def _report_fields(fw, gpu, model: ModelView, fs: FactsSet, dd: Decided) -> dict
 
 def _check_kv_pool(pool, line) -> None:
     """A KV pool SGLang would refuse at start-up is refused here too (not sized to "need 0")."""
-    from .fixed_split import sglang_min_kv_pool_tokens
+    from guard_core.decide.fixed_split import sglang_min_kv_pool_tokens
 
     least = sglang_min_kv_pool_tokens(line)
     if pool is not None and pool < least:
@@ -797,9 +797,9 @@ def _deterministic_limits(a, L, limits, gpu, environ: dict, notes):
     KV pool when given; the longest context is required."""
     from dataclasses import replace
 
-    from .fixed_split import split_sizes_from_env
+    from guard_core.decide.fixed_split import split_sizes_from_env
 
-    from .launch_command import READ_ENV
+    from guard_core.deployment.launch_command import READ_ENV
 
     env = {k: environ[k] for k in READ_ENV if k in environ}
     prefill, decode, env_notes = split_sizes_from_env(env)
@@ -883,14 +883,14 @@ def _server_reading(a, fw: str, model_path, tp: int, environ=None):
         if mode == "server":
             raise PlanUsageError(f"--model-reader server: {fw} is not installed in this environment")
         return None
-    from .groups import read_with_server
+    from guard_core.deployment.groups import read_with_server
 
     return read_with_server(fw, model_path, tp, environ=environ)
 
 
 def _native_buffer(fw, line, architecture, L, server, server_src, tokens, q, dqk):
     """The buffer the server allocates with its own workspace variable set (issue #22)."""
-    from .server_defaults import SGLANG_LARGE, sglang_default_workspace, vllm_per_phase_builder
+    from guard_core.deployment.server_defaults import SGLANG_LARGE, sglang_default_workspace, vllm_per_phase_builder
     user = L.workspace_bytes
     if fw == "vllm":
         if vllm_per_phase_builder(line):
@@ -935,7 +935,7 @@ def _mtp_depth(name, environ) -> tuple[int, str]:
 def _moe(a, fw, gpu_key, fi, settings, quantization) -> dict:
     """The MoE guard: ``moe_decision.decide`` for the command's quantization (the op its
     TRT-LLM experts run), and the verdict per op, under the switches the server sees."""
-    from .moe_decision import MoeFacts, decide as moe_decide, op_of
+    from guard_core.decide.moe import MoeFacts, decide as moe_decide, op_of
 
     arch = getattr(a, "host_arch", None)
     if arch:

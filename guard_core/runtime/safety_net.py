@@ -7,7 +7,7 @@ way, before any kernel runs::
     but only B bytes available in AlignedAllocator. ...
 
 Every planning entry point is wrapped, one row per module of a patch table
-(``guard_core.patch_table``: dotted targets with feature checks, one undo):
+(``guard_core.runtime.patch_table``: dotted targets with feature checks, one undo):
 
 - ``plan`` of FlashInfer's wrappers (prefill paged/ragged, decode) and every
   class-body alias of it: FlashInfer writes ``begin_forward = plan`` in each
@@ -62,9 +62,9 @@ import sys
 import threading
 import weakref
 
-from .patch_table import PatchTable, Wrap
-from .patching import PatchSet, is_wrapped
-from .units import MIB, nbytes
+from guard_core.runtime.patch_table import PatchTable, Wrap
+from guard_core.runtime.wrapping import PatchSet, is_wrapped
+from guard_core.units import MIB, nbytes
 
 __all__ = ["install", "parse_overflow", "patch_module", "patched_entry_points", "uninstall"]
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .releases import NATIVE_VAR
+from guard_core.flashinfer.releases import NATIVE_VAR
 
 __all__ = ["FRAMEWORKS", "FrameworkNames", "WorkspaceFacts", "WorkspaceNeed", "WorkspaceOutcome",
            "need", "decide", "remedies", "is_out_of_memory", "assess_fixed_split", "decide_fixed_split",
@@ -50,7 +50,7 @@ FRAMEWORKS = {
 class WorkspaceFacts:
     """What an adapter read from the live server, framework-free.
 
-    ``layout``/``limits``/``planner_facts`` are guard_core.sizing/planner_choice
+    ``layout``/``limits``/``planner_facts`` are guard_core.flashinfer.sizing/planner_choice
     records; ``missing`` names what the adapter could not read (sized for the
     larger need). ``gpu`` None: nothing to size (only a set size applies)."""
 
@@ -73,11 +73,11 @@ class WorkspaceFacts:
 
 @dataclass(frozen=True)
 class WorkspaceNeed:
-    """The computed need (a guard_core.sizing.Requirement) and the once-warnings it brings."""
+    """The computed need (a guard_core.flashinfer.sizing.Requirement) and the once-warnings it brings."""
 
     requirement: Any
     warnings: tuple = ()  # ((once-key, text), ...)
-    choice: Any = None  # the guard_core.planner_choice.PlannerChoice sized
+    choice: Any = None  # the guard_core.flashinfer.planner_choice.PlannerChoice sized
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class WorkspaceOutcome:
     """The one decision an adapter applies (its size, reason and log line are the
     decision's own fields: nothing is copied here)."""
 
-    decision: Any  # guard_core.decisions.WorkspaceDecision
+    decision: Any  # guard_core.decide.records.WorkspaceDecision
     requirement: Any = None
     warnings: tuple = ()  # ((once-key, text), ...), to log before the decision
 
@@ -93,7 +93,7 @@ class WorkspaceOutcome:
 def need(facts: WorkspaceFacts) -> WorkspaceNeed:
     """The planners for these facts and the need over the envelope, with one
     warning naming every fact that was missing (adapter's and planner choice's)."""
-    from .planner_choice import choose_planners, size_choice
+    from guard_core.flashinfer.planner_choice import choose_planners, size_choice
 
     choice = choose_planners(facts.planner_facts)
     if facts.planners_given is not None:
@@ -113,7 +113,7 @@ def _given(choice, prefill, decode, blocks_per_sm):
     """The chosen planners with the phases a user forced (``plan --*-planner``)."""
     from dataclasses import replace as _replace
 
-    from .sizing import Planners
+    from guard_core.flashinfer.sizing import Planners
 
     cs = tuple(dict.fromkeys(Planners(prefill=prefill or c.prefill, decode=decode or c.decode,
                                       decode_blocks_per_sm=blocks_per_sm) for c in choice.candidates))
@@ -126,12 +126,12 @@ def remedies(facts: WorkspaceFacts, computed: WorkspaceNeed, budget_bytes: int, 
     release sizes the prefill scratch by rows (each through ``need`` of changed facts)."""
     from dataclasses import replace as _replace
 
-    from . import flashinfer_model as fm
+    from guard_core.flashinfer import planner as fm
 
     out: dict = {}
     lim = facts.limits
     if graphs and lim.capture_sizes:
-        from .sizing import largest_fitting
+        from guard_core.flashinfer.sizing import largest_fitting
 
         def fits(b: int) -> bool:
             probe = _replace(facts, limits=_replace(lim, capture_sizes=(b,), eager=False))
@@ -148,7 +148,7 @@ def decide(facts: WorkspaceFacts, *, server_bytes: int, user_bytes: int | None, 
     """The workspace decision for these facts: the need (``computed`` when the
     adapter already has it; none with workspace off or without a GPU), exact's
     refusal outside the checked lines, then ``decide_workspace``."""
-    from .decisions import decide_workspace, exact_refusal
+    from guard_core.decide.records import decide_workspace, exact_refusal
 
     if computed is None and settings.workspace != "off" and facts.gpu is not None and facts.layout is not None:
         computed = need(facts)
@@ -156,7 +156,7 @@ def decide(facts: WorkspaceFacts, *, server_bytes: int, user_bytes: int | None, 
     n = facts.names
     refused = None
     if settings.workspace == "exact":
-        from .versions import installed_version
+        from guard_core.versions import installed_version
 
         refused = exact_refusal(n.refusal, installed_version(n.package), facts.flashinfer_version)
     dec = decide_workspace(req, framework=n.decision, server_bytes=int(server_bytes), user_bytes=user_bytes,
@@ -168,9 +168,9 @@ def decide(facts: WorkspaceFacts, *, server_bytes: int, user_bytes: int | None, 
 def assess_fixed_split(facts: WorkspaceFacts, computed: WorkspaceNeed, *, server_bytes: int, settings,
                        gpu_memory: int | None):
     """Fixed-split modes (SGLang deterministic inference; ``facts.limits`` carry the
-    split sizes): ``guard_core.fixed_split.assess`` of the need ``computed`` for these
+    split sizes): ``guard_core.decide.fixed_split.assess`` of the need ``computed`` for these
     facts against the server's ``server_bytes``."""
-    from .fixed_split import assess
+    from guard_core.decide.fixed_split import assess
 
     req = computed.requirement
     return assess(req.layout, facts.limits, facts.gpu, facts.flashinfer_version, req.planners, facts.framework,
@@ -181,7 +181,7 @@ def decide_fixed_split(facts: WorkspaceFacts, computed: WorkspaceNeed, assessmen
                        settings) -> WorkspaceOutcome:
     """The workspace decision in a fixed-split mode, from ``assess_fixed_split``'s
     assessment (``decisions.decide_fixed_split_workspace``)."""
-    from .decisions import decide_fixed_split_workspace
+    from guard_core.decide.records import decide_fixed_split_workspace
 
     req = computed.requirement
     dec = decide_fixed_split_workspace(req, assessment, framework=facts.framework, server_bytes=int(server_bytes),
@@ -243,7 +243,7 @@ def vllm_graph_limits(*, capture_sizes, max_num_seqs: int, max_num_batched_token
     num_decodes`` (0.33.0:1945-1948) over a decode run of one query length
     (``split_decodes_and_prefills(require_uniform=True)``, v1/attention/backends/utils.py
     0.33.0:872-893): every length from 1 to 1 + draft tokens."""
-    from .sizing import ServingLimits
+    from guard_core.flashinfer.sizing import ServingLimits
 
     verify_in_graph = True if reorder_batch_threshold is None else int(reorder_batch_threshold) > 1
     return ServingLimits(capture_sizes=tuple(capture_sizes), max_num_seqs=int(max_num_seqs),
@@ -279,7 +279,7 @@ def sglang_runner_limits(*, capture_sizes, max_num_seqs: int, chunk: int, max_mo
     0.5.5:263-277), each request holding ``verify_q`` tokens (speculative_num_draft_tokens
     counts the bonus token); the draft worker verifies nothing and decodes ``topk`` x bs
     requests per step (flashinfer_backend.py 0.5.5:1446, 0.5.23:2501)."""
-    from .sizing import ServingLimits
+    from guard_core.flashinfer.sizing import ServingLimits
 
     per_seq = max(1, int(topk or 1)) if (speculative and draft_runner) else 1
     vq = int(verify_q) if (speculative and not draft_runner and verify_q) else None

@@ -6,7 +6,7 @@ import logging
 import sys
 import threading
 
-from . import TAG
+from guard_core import TAG
 
 __all__ = ["GuardLog", "LOGGER_NAME", "LazyGuardLog", "logger_name", "tagged"]
 
@@ -99,7 +99,7 @@ class GuardLog:
 
 def _settings_level() -> str:
     try:
-        from .settings import get_settings
+        from guard_core.runtime.settings import get_settings
 
         return get_settings().log_level
     except Exception:

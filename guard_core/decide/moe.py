@@ -4,8 +4,8 @@ An adapter reads the live server into a ``MoeFacts`` record (the host CPU, the
 installed FlashInfer, the GPU's SM number, the op the experts run, whether this
 line can skip one op's autotune sweep; and the names of what it could not read)
 and hands it here with the settings; it gets back one ``MoeOutcome``: the
-decision (``guard_core.decisions.decide_moe`` over the evidence table,
-``guard_core.moe_evidence``), and the lines it says:
+decision (``guard_core.decide.records.decide_moe`` over the evidence table,
+``guard_core.flashinfer.moe_evidence``), and the lines it says:
 
 - ``stand_down()``: where no patch is needed at all (nothing blocks, nothing
   warns), the one "moe: ok, <reason>" line and its level (DEBUG on a host the bug
@@ -21,7 +21,7 @@ decision (``guard_core.decisions.decide_moe`` over the evidence table,
 The framework rules the decision needs are data here, per framework: which op a
 quantization's TRT-LLM experts run (``op_of``) and the backend a server accepts
 next for a quantization (``fallback_backend``). Which FlashInfer/host pairs fault,
-and the sources, stay in ``guard_core.moe_evidence``.
+and the sources, stay in ``guard_core.flashinfer.moe_evidence``.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .decisions import MoeDecision, decide_moe, moe_advice
-from .releases import unaffected_moe_host
+from guard_core.decide.records import MoeDecision, decide_moe, moe_advice
+from guard_core.flashinfer.releases import unaffected_moe_host
 
 __all__ = ["QUANT_OPS", "MoeFacts", "MoeOutcome", "Note", "decide", "fallback_backend", "op_of"]
 
@@ -79,7 +79,7 @@ class MoeFacts:
     machine: str | None  # the host CPU (platform.machine())
     flashinfer_version: str | None  # None: not installed
     sm: int | None = None  # the GPU's major*10+minor; None: not read (taken as reaching the path)
-    op: str | None = None  # the op the experts run (guard_core.moe_evidence.OPS); None: the shared gate
+    op: str | None = None  # the op the experts run (guard_core.flashinfer.moe_evidence.OPS); None: the shared gate
     can_skip_autotune: bool | None = None  # the line can skip one op's autotune sweep; None: not asked
     missing: tuple = ()  # what the adapter could not read ("gpu", ...)
 
@@ -136,7 +136,7 @@ class MoeOutcome:
 
 
 def decide(facts: MoeFacts, settings) -> MoeOutcome:
-    """The MoE decision for ``facts`` under ``settings`` (a guard_core.settings.Settings)."""
+    """The MoE decision for ``facts`` under ``settings`` (a guard_core.runtime.settings.Settings)."""
     d = decide_moe(settings, machine=facts.machine, flashinfer_version=facts.flashinfer_version, gpu=facts.sm,
                    op=facts.op, can_skip_autotune=facts.can_skip_autotune)
     return MoeOutcome(d, facts)

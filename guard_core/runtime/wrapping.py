@@ -9,7 +9,7 @@
 - ``PatchSet``: what one adapter patched, undone in reverse by ``undo()`` (or
   back to a ``mark()``: one row's part); ``forget_import_hook`` removes a
   post-import hook, so that install -> uninstall -> install patches again
-  (``guard_core.patch_table.PatchTable.undo`` does both).
+  (``guard_core.runtime.patch_table.PatchTable.undo`` does both).
 - ``rebind_everywhere``: replace a function in every module that imported it
   by name.
 - ``guarded``: run our code so that any exception is logged once and the
@@ -23,7 +23,7 @@ import sys
 import threading
 from typing import Any, Callable
 
-from .logs import LOGGER_NAME
+from guard_core.runtime.logs import LOGGER_NAME
 
 __all__ = ["PatchSet", "clear_import_hooks", "forget_import_hook", "guarded", "is_wrapped", "rebind_everywhere",
            "unwrap_attr", "when_imported", "wrap_attr"]

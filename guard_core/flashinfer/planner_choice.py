@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import product
 
-from .sizing import Planners
+from guard_core.flashinfer.sizing import Planners
 
 __all__ = ["PlannerFacts", "choose_planners", "dtype_bytes", "dtype_kind", "fa3_head_dim_gate", "size_choice",
            "vllm_query_dtypes"]
@@ -292,7 +292,7 @@ def fa3_head_dim_gate(choice: PlannerChoice, layout, flashinfer_version: str | N
     pair, and every wrapper passes its head dims (prefill.py 0.7.2:1509,2977,4769;
     decode.py 0.6.16:1646). Releases before 0.6.15 have no gate (0.6.14's utils.py has no
     ``is_fa3_prefill_head_dim_supported``)."""
-    from . import releases
+    from guard_core.flashinfer import releases
 
     try:
         gated = flashinfer_version is not None and releases.has(flashinfer_version, "fa3_head_dim_gate")
@@ -325,7 +325,7 @@ def size_choice(layout, limits, gpu, flashinfer_version: str, choice: PlannerCho
     """
     from dataclasses import replace as _replace
 
-    from .sizing import compute_requirement, merge_requirements
+    from guard_core.flashinfer.sizing import compute_requirement, merge_requirements
 
     choice = fa3_head_dim_gate(choice, layout, flashinfer_version)
     layouts = [layout]

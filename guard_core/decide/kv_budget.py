@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .units import fmt_mib
+from guard_core.units import fmt_mib
 
 __all__ = ["MODES", "BudgetMove", "budget_line", "kv_token_change"]
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 import os
 import re
 
-from .units import GIB, MIB, fmt_mib
+from guard_core.units import GIB, MIB, fmt_mib
 
 __all__ = ["ALL_VARIABLES", "DEFAULT_MOE_FIXED_IN", "DEFAULT_WORKSPACE_MAX", "GIB", "LOG", "MASTER",
            "MAX_SIZE_BYTES", "MIN_SIZE_BYTES", "MOE", "MOE_FIXED_IN", "RESERVE", "SIZE_ACCEPTED", "Settings", "WORKSPACE",
@@ -93,7 +93,7 @@ class Settings:
                  workspace_bytes=None, log_level="info", warnings=(), workspace_max=DEFAULT_WORKSPACE_MAX,
                  reserve="auto"):
         self.enabled = enabled  # master switch
-        self.moe = moe  # auto | strict | on | off (guard_core.moe_evidence: what auto and strict do)
+        self.moe = moe  # auto | strict | on | off (guard_core.flashinfer.moe_evidence: what auto and strict do)
         self.moe_fixed_in = moe_fixed_in
         self.workspace = workspace  # auto | exact | off | size
         self.workspace_bytes = workspace_bytes
@@ -102,7 +102,7 @@ class Settings:
         # ("percent", basis points of the GPU's memory) | ("bytes", n): the most a
         # fixed-split mode may make the workspace (workspace_max_bytes)
         self.workspace_max = workspace_max
-        # auto | full | off: how the buffer is counted in the server's KV budget (guard_core.kv_budget)
+        # auto | full | off: how the buffer is counted in the server's KV budget (guard_core.decide.kv_budget)
         self.reserve = reserve
 
     def workspace_max_bytes(self, gpu_memory_bytes: int | None) -> int:
@@ -196,7 +196,7 @@ def bounded_version(text) -> str | None:
     if _LONG_DIGITS_RE.search(t):
         return None
     try:
-        from .versions import parse_version
+        from guard_core.versions import parse_version
 
         parse_version(t)
     except Exception:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import platform
 from dataclasses import dataclass, field
 
-from . import TAG
-from .settings import MOE, MOE_FIXED_IN, WORKSPACE, Settings
-from .sizing import Requirement, round_up_mib
-from .units import MIB, fmt_mib
-from .versions import is_version, parse_version
+from guard_core import TAG
+from guard_core.runtime.settings import MOE, MOE_FIXED_IN, WORKSPACE, Settings
+from guard_core.flashinfer.sizing import Requirement, round_up_mib
+from guard_core.units import MIB, fmt_mib
+from guard_core.versions import is_version, parse_version
 
 __all__ = ["Decision", "MoeDecision", "WorkspaceDecision", "decide_fixed_split_workspace", "decide_moe",
            "decide_workspace", "describe_need", "exact_refusal", "moe_advice", "moe_verdict"]
@@ -66,8 +66,8 @@ _AUTO = Settings(workspace="auto")
 def exact_refusal(framework: str, framework_version: str | None, flashinfer_version: str | None) -> str | None:
     """Why ``exact`` must act as ``auto`` here (outside the FlashInfer releases the
     planner model was checked against, or the framework lines checked: the
-    declarations in guard_core.releases), or None where it may shrink."""
-    from .releases import DISPLAY, unchecked_reason
+    declarations in guard_core.flashinfer.releases), or None where it may shrink."""
+    from guard_core.flashinfer.releases import DISPLAY, unchecked_reason
 
     why = unchecked_reason(framework, framework_version, flashinfer_version)
     fw = {v.lower(): k for k, v in DISPLAY.items()}.get(str(framework).lower(), str(framework).lower())
@@ -75,7 +75,7 @@ def exact_refusal(framework: str, framework_version: str | None, flashinfer_vers
         # each checked vLLM line was checked with the FlashInfer its wheel pins (Requires-Dist
         # flashinfer-python==: 0.23.0 -> 0.6.12, 0.32.0 -> 0.7.0.post1, 0.33.0 -> 0.7.2.post1):
         # another checked FlashInfer under that line is a pair nobody checked (issue 29)
-        from .server_defaults import pinned_flashinfer
+        from guard_core.deployment.server_defaults import pinned_flashinfer
 
         pin = pinned_flashinfer("vllm", str(framework_version))
         if parse_version(str(flashinfer_version)) != parse_version(pin):
@@ -219,7 +219,7 @@ class MoeDecision:
     reason: str
     inputs: dict = field(default_factory=dict)
     action: str = "none"
-    rows: tuple = ()  # guard_core.moe_evidence rows behind the action
+    rows: tuple = ()  # guard_core.flashinfer.moe_evidence rows behind the action
     op: str | None = None  # None: the gate shared by every op
 
     @property
@@ -237,7 +237,7 @@ class MoeDecision:
 
 def _sm(gpu) -> int | None:
     """A Gpu, a (major, minor) pair, an SM number (100) or None -> SM number or None."""
-    from .moe_evidence import sm_of
+    from guard_core.flashinfer.moe_evidence import sm_of
 
     if gpu is None:
         return None
@@ -250,11 +250,11 @@ def _sm(gpu) -> int | None:
 def decide_moe(settings: Settings, *, machine: str | None = None, flashinfer_version: str | None = None,
                gpu=None, op: str | None = None, can_skip_autotune: bool | None = None) -> MoeDecision:
     """What the MoE guard does for one op (None: the gate every TRT-LLM routed op shares) from
-    the evidence table (guard_core.moe_evidence): the GPU (a Gpu, (major, minor), an SM
+    the evidence table (guard_core.flashinfer.moe_evidence): the GPU (a Gpu, (major, minor), an SM
     number; None: unknown, taken as SM10x), the FlashInfer release, the host CPU and the
     setting. ``can_skip_autotune``: whether this line can skip the op's autotune sweep
     (strict turns "skip_autotune" into "block" where it cannot; None: not asked)."""
-    from .moe_evidence import OPS, applicable, family_label, reaches
+    from guard_core.flashinfer.moe_evidence import OPS, applicable, family_label, reaches
 
     machine = machine if machine is not None else platform.machine()
     sm = _sm(gpu)
@@ -316,7 +316,7 @@ def moe_advice(d: MoeDecision) -> str:
 def moe_verdict(settings: Settings, *, machine: str | None, flashinfer_version: str | None, gpu=None) -> dict:
     """The MoE guard's verdict for a deployment, per op, and the evidence rows that apply
     (the same decide_moe the adapters call), for ``flashinfer-guard doctor`` and ``plan``."""
-    from .moe_evidence import OPS, applicable, family_label
+    from guard_core.flashinfer.moe_evidence import OPS, applicable, family_label
 
     machine = machine if machine is not None else platform.machine()
     sm = _sm(gpu)
@@ -352,7 +352,7 @@ def decide_fixed_split_workspace(requirement: Requirement | None, assessment, *,
                                  settings: Settings, user_bytes: int | None = None, user_var: str | None = None,
                                  flashinfer_version: str | None = None) -> WorkspaceDecision:
     """The workspace in a fixed-split mode (SGLang deterministic inference), from
-    ``guard_core.fixed_split.assess``: the need when affordable, else the largest
+    ``guard_core.decide.fixed_split.assess``: the need when affordable, else the largest
     affordable buffer and one warning with the longest prompt that fits and the
     settings that fit the full context. Never below the server's own size (``exact``
     acts as ``auto`` here); ``off`` and an explicit size behave as everywhere."""

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from . import flashinfer_model as fm
-from .gpus import Gpu
-from .units import MIB
+from guard_core.flashinfer import planner as fm
+from guard_core.gpus import Gpu
+from guard_core.units import MIB
 
 __all__ = ["AttentionLayout", "INT_WORKSPACE_BYTES", "Planners", "Requirement", "ServingLimits",
            "compute_requirement", "decode_blocks_per_sm_bound", "fixed_split_fixes", "largest_fitting", "largest_fitting_capture",
@@ -167,7 +167,7 @@ class Planners:
     (e.g. TRT-LLM-gen prefill). decode: ``fa2`` (tensor-core decode through
     the prefill planner) | ``fa3`` (tensor-core decode on the SM90 backend,
     int buffer only) | ``decode`` (CUDA-core decode planner) | ``trtllm`` /
-    ``none`` (plans nothing in this buffer). ``guard_core.planner_choice`` chooses.
+    ``none`` (plans nothing in this buffer). ``guard_core.flashinfer.planner_choice`` chooses.
     """
 
     prefill: str = "fa2"
@@ -601,7 +601,7 @@ def compute_requirement(
         notes.append(f"decode plans nothing in this buffer ({planners.decode})")
     if planners.prefill in ("trtllm", "none"):
         notes.append(f"prefill plans nothing in this buffer ({planners.prefill})")
-    from .releases import flashinfer_extrapolation
+    from guard_core.flashinfer.releases import flashinfer_extrapolation
 
     extrapolated = flashinfer_extrapolation(flashinfer_version)
     if extrapolated:
