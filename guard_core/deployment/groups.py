@@ -495,7 +495,11 @@ def run_server_reader(framework: str, path: str, tps=(1,), environ=None, python:
     env = dict(os.environ if environ is None else environ)
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    import guard_core
+
+    # the directory holding the guard_core package (never guard_core/ itself: its flashinfer/ room
+    # would shadow the real FlashInfer in the reader)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(guard_core.__file__)))
     env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     cmd = [python or sys.executable, "-m", f"{framework}_guard.model_reader", path]
     for tp in tps:
