@@ -130,8 +130,12 @@ def test_no_arrow_from_a_lower_room_to_a_higher_one():
 
 
 def test_each_room_says_what_lives_there_and_imports_nothing_at_its_door():
-    for r in ROOMS:
-        init = CORE / r / "__init__.py"
+    """Each room, and each package inside a room (guard_core/deployment/launch), says what lives there
+    and what it may import, and runs nothing when imported."""
+    inits = [CORE / r / "__init__.py" for r in ROOMS]
+    inits += sorted(p for r in ROOMS for p in (CORE / r).rglob("*/__init__.py"))
+    assert CORE / "deployment" / "launch" / "__init__.py" in inits
+    for init in inits:
         tree = ast.parse(init.read_text())
         doc = ast.get_docstring(tree)
         assert doc and "May import" in doc, f"{init}: the docstring says what lives here and what it may import"
@@ -201,9 +205,29 @@ def test_every_core_module_declares_its_public_names():
     import importlib
 
     for name in sorted(_core_modules()):
-        if name == "guard_core" or name.rpartition(".")[2] in ROOMS:
+        if _core_modules()[name].name == "__init__.py":  # a room's or a package's door: a docstring only
             continue
         mod = importlib.import_module(name)
         assert isinstance(getattr(mod, "__all__", None), list), f"{name} has no __all__"
         missing = [n for n in mod.__all__ if not hasattr(mod, n)]
         assert not missing, f"{name}.__all__ names what it lacks: {missing}"
+
+
+# ---------------------------------------------------------------- one entry for reading a launch command
+
+def test_launch_command_is_the_one_door_to_its_parts():
+    """guard_core.deployment.launch holds the parts of reading a launch command; everything else
+    (the core, both adapters, the tests) goes through guard_core.deployment.launch_command."""
+    graph = import_graph()
+    parts = {m for m in graph if m.startswith("guard_core.deployment.launch.") or m == "guard_core.deployment.launch"}
+    assert "guard_core.deployment.launch.prefixes" in parts
+    outside = sorted(f"{name} imports {dep}" for name, deps in graph.items() if name not in parts
+                     for dep in deps & parts if name != "guard_core.deployment.launch_command")
+    for pkg in ("vllm_guard", "sglang_guard", "tests", "ci"):
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                        else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                outside += [f"{path.relative_to(ROOT)} imports {m}" for m in mods
+                            if m.startswith("guard_core.deployment.launch.")]
+    assert not outside, "\n".join(outside)
