@@ -63,6 +63,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from guard_core.flashinfer.releases import CHECKED_LINES  # the lines whose wheels the rules here were read from
+from guard_core.gpus import GPU_MEMORY, gpu_memory, is_aarch64_gpu  # per-GPU facts: one table, gpus.GPU_TABLE
 from guard_core.units import GIB, MIB
 from guard_core.versions import is_version, parse_version
 
@@ -91,21 +92,6 @@ FLASHINFER_PINS = {
                ("0.5.19", "0.6.18"), ("0.5.22", "0.7.1"), ("0.5.23", "0.7.2")),
 }
 
-# Total memory per GPU of the table in gpus.py: (bytes torch reports as
-# total_memory, MiB nvidia-smi reports as memory.total). Datasheet capacities;
-# the exact figures a driver reports differ by a few hundred MiB, far from
-# every threshold above.
-GPU_MEMORY = {
-    "a100": (85899345920, 81920), "a10g": (23836229632, 23028), "l4": (23580639232, 23034),
-    "l40s": (47697362944, 46068), "rtx6000ada": (50880987136, 49140), "rtx4090": (25393692672, 24564),
-    "h100": (85520809984, 81559), "h100-pcie": (85520809984, 81559), "h100-nvl": (100485038080, 95830),
-    "h200": (150754820096, 143771), "gh200": (102625181696, 97871), "h20": (102625181696, 97871),
-    "b200": (192265846784, 183359), "gb200": (198672089088, 189471), "b300": (288398671872, 275040),
-    "gb300": (288398671872, 275040), "gb10": (128526278656, 122570), "rtx5090": (34190917632, 32607),
-    "rtxpro6000": (102642204672, 97887), "mi300x": (206141652992, 196592),
-}
-# Hosts whose CPU is Arm (Grace, DGX Spark): the MoE guard's question.
-AARCH64_GPUS = ("gb200", "gb300", "gh200", "gb10")
 
 
 @dataclass(frozen=True)
@@ -210,14 +196,6 @@ def pinned_flashinfer(framework: str, version: str) -> str:
         if _ge(version, since):
             pin = fi
     return pin
-
-
-def gpu_memory(gpu_key: str | None) -> tuple[int, int] | None:
-    return GPU_MEMORY.get(gpu_key or "")
-
-
-def is_aarch64_gpu(gpu_key: str | None) -> bool:
-    return (gpu_key or "") in AARCH64_GPUS
 
 
 # ---------------------------------------------------------------- vLLM

@@ -231,3 +231,22 @@ def test_launch_command_is_the_one_door_to_its_parts():
                 outside += [f"{path.relative_to(ROOT)} imports {m}" for m in mods
                             if m.startswith("guard_core.deployment.launch.")]
     assert not outside, "\n".join(outside)
+
+
+# ---------------------------------------------------------------- one copy of every rule
+
+def test_per_gpu_facts_live_in_one_table():
+    """SMs, compute capability, memory and the host's CPU of a table GPU are one row of
+    guard_core.gpus.GPU_TABLE: no other module keeps a table keyed by GPU (issue 30)."""
+    from guard_core import gpus
+    from guard_core.deployment import server_defaults
+
+    keys = {s.key for s in gpus.GPU_TABLE}
+    assert set(gpus.GPU_MEMORY) == keys  # every row has its memory
+    assert server_defaults.GPU_MEMORY is gpus.GPU_MEMORY  # a re-export, not a copy
+    assert not hasattr(server_defaults, "AARCH64_GPUS")
+    assert {k for k in keys if gpus.is_aarch64_gpu(k)} == {"gh200", "gb200", "gb300", "gb10"}
+    for path in sorted(CORE.rglob("*.py")):
+        if path.name != "gpus.py":
+            text = path.read_text()
+            assert '"gb10": (' not in text and '"b300": (' not in text, f"{path}: a table keyed by GPU"
