@@ -67,10 +67,11 @@ from guard_core.gpus import GPU_MEMORY, gpu_memory, is_aarch64_gpu  # per-GPU fa
 from guard_core.units import GIB, MIB
 from guard_core.versions import is_version, parse_version
 
-__all__ = ["DEFAULT_LINE", "Deployment", "GPU_MEMORY", "SGLANG_LARGE", "default_workspace", "derive",
-           "framework_label", "gpu_memory", "installed_line", "is_aarch64_gpu", "pinned_flashinfer",
-           "sglang_default_workspace", "sglang_request_pool", "sglang_tensor_core_decode", "short_line", "vllm_capture_grid",
-           "vllm_per_phase_builder", "workspace_source"]
+__all__ = ["DEFAULT_LINE", "Deployment", "Derived", "GPU_MEMORY", "SGLANG_LARGE", "VLLM_BYTES_PER_ELEM",
+           "default_workspace", "derive", "framework_label", "gpu_memory", "installed_line", "is_aarch64_gpu",
+           "pinned_flashinfer", "server_workspace", "sglang_default_workspace", "sglang_request_pool",
+           "sglang_tensor_core_decode", "sglang_workspace", "short_line", "vllm_capture_grid", "vllm_per_phase_builder",
+           "vllm_workspace", "workspace_source"]
 
 VLLM_DEFAULT = 394 * MIB
 SGLANG_DEFAULT = 384 * MIB
@@ -375,22 +376,31 @@ def vllm_per_phase_builder(vllm_version: str | None) -> bool:
         return False
 
 
-def vllm_default_workspace(vllm_version: str | None, max_num_batched_tokens: int, q_heads: int, head_dim: int) -> int:
-    """vLLM's own float workspace: 394 MiB; from 0.26 at least tokens * heads * dim * 16."""
-    if vllm_per_phase_builder(vllm_version):
-        return max(VLLM_DEFAULT, max_num_batched_tokens * q_heads * head_dim * 16)
-    return VLLM_DEFAULT
+# vLLM 0.26+: the float workspace is at least tokens x q heads x head dim x this many bytes
+# (v1/attention/backends/flashinfer.py FLASHINFER_PREFILL_WORKSPACE_BYTES_PER_ELEM: 0.32.0:99, 0.33.0:104)
+VLLM_BYTES_PER_ELEM = 16
 
 
-def vllm_workspace_source(vllm_version: str | None, max_num_batched_tokens: int, q_heads: int, head_dim: int) -> str:
+def vllm_workspace(vllm_version: str | None, max_num_batched_tokens: int, q_heads: int, head_dim: int,
+                   user: int | None = None, user_source: str | None = None) -> Derived:
+    """vLLM's own float workspace and why (the one copy of this rule; the adapter reads the same rule
+    live from vLLM, ``vllm_guard.workspace_facts.server_bytes``, and tests/vllm/test_defaults_crosscheck.py
+    ties the two on each locked line): VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE (``user`` where the
+    command sets it, else 394 MiB, envs.py); from 0.26 at least tokens x heads x dim x 16
+    (``_get_workspace_buffer``)."""
+    est = max_num_batched_tokens * q_heads * head_dim * VLLM_BYTES_PER_ELEM
+    per_phase = vllm_per_phase_builder(vllm_version)
+    if user is not None:
+        if per_phase and est > user:
+            return Derived(est, f"{user_source}, below vLLM's tokens x heads x dim x 16 = {est:,}, which wins")
+        return Derived(user, user_source)
     label = f"vLLM {short_line(vllm_version)}" if vllm_version else "vLLM"
-    if vllm_per_phase_builder(vllm_version):
-        est = max_num_batched_tokens * q_heads * head_dim * 16
+    if per_phase:
         if est > VLLM_DEFAULT:
-            return (f"{label}: max batched tokens x q heads x head dim x 16 = {max_num_batched_tokens} x {q_heads} "
-                    f"x {head_dim} x 16 (above the 394 MiB floor)")
-        return f"{label}: the 394 MiB floor (tokens x heads x dim x 16 = {est:,} is smaller)"
-    return f"{label}: VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE default 394 MiB"
+            return Derived(est, f"{label}: max batched tokens x q heads x head dim x 16 = {max_num_batched_tokens} x "
+                                f"{q_heads} x {head_dim} x 16 (above the 394 MiB floor)")
+        return Derived(VLLM_DEFAULT, f"{label}: the 394 MiB floor (tokens x heads x dim x 16 = {est:,} is smaller)")
+    return Derived(VLLM_DEFAULT, f"{label}: VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE default 394 MiB")
 
 
 # ---------------------------------------------------------------- SGLang
@@ -576,19 +586,21 @@ def _sglang_eagle(v: dict, d: Deployment, given: str, label: str) -> Deployment:
     return replace(d, draft_tokens=n - 1, speculative=True)
 
 
-def sglang_default_workspace(sglang_version: str | None, architecture: str | None) -> int:
-    """SGLang's: 384 MiB, 512 MiB for a hard-coded list of architectures (Qwen3-VL from 0.5.6)."""
+def sglang_workspace(sglang_version: str | None, architecture: str | None) -> Derived:
+    """SGLang's own workspace and why: 384 MiB, 512 MiB for a hard-coded list of architectures
+    (Qwen3-VL from 0.5.6)."""
     archs = SGLANG_512_ARCHS_056
     if sglang_version and parse_version(sglang_version) < parse_version("0.5.6"):
         archs = SGLANG_512_ARCHS_055
-    return SGLANG_LARGE if architecture in archs else SGLANG_DEFAULT
-
-
-def sglang_workspace_source(sglang_version: str | None, architecture: str | None) -> str:
     label = f"SGLang {sglang_version}" if sglang_version else "SGLang"
-    if sglang_default_workspace(sglang_version, architecture) == SGLANG_LARGE:
-        return f"{label}: 512 MiB for {architecture} (its fixed architecture list)"
-    return f"{label}: SGLANG_FLASHINFER_WORKSPACE_SIZE default 384 MiB ({architecture or 'this model'} is not on its 512 MiB list)"
+    if architecture in archs:
+        return Derived(SGLANG_LARGE, f"{label}: 512 MiB for {architecture} (its fixed architecture list)")
+    return Derived(SGLANG_DEFAULT, f"{label}: SGLANG_FLASHINFER_WORKSPACE_SIZE default 384 MiB "
+                                   f"({architecture or 'this model'} is not on its 512 MiB list)")
+
+
+def sglang_default_workspace(sglang_version: str | None, architecture: str | None) -> int:
+    return sglang_workspace(sglang_version, architecture).value
 
 
 def sglang_tensor_core_decode(kv_kind: str | None, q_heads: int, kv_heads: int) -> tuple[bool, str]:
@@ -637,18 +649,20 @@ def installed_line(framework: str) -> str | None:
     return v if v and is_version(v) else None
 
 
-def default_workspace(framework: str, version: str | None, *, architecture: str | None,
-                      max_num_batched_tokens: int, q_heads: int, head_dim: int) -> int:
+def server_workspace(framework: str, version: str | None, *, architecture: str | None,
+                     max_num_batched_tokens: int, q_heads: int, head_dim: int) -> Derived:
+    """What the server allocates on its own and why (``Derived(bytes, source)``)."""
     if framework == "sglang":
-        return sglang_default_workspace(version, architecture)
-    return vllm_default_workspace(version, max_num_batched_tokens, q_heads, head_dim)
+        return sglang_workspace(version, architecture)
+    return vllm_workspace(version, max_num_batched_tokens, q_heads, head_dim)
 
 
-def workspace_source(framework: str, version: str | None, *, architecture: str | None,
-                     max_num_batched_tokens: int, q_heads: int, head_dim: int) -> str:
-    if framework == "sglang":
-        return sglang_workspace_source(version, architecture)
-    return vllm_workspace_source(version, max_num_batched_tokens, q_heads, head_dim)
+def default_workspace(framework: str, version: str | None, **kw) -> int:
+    return server_workspace(framework, version, **kw).value
+
+
+def workspace_source(framework: str, version: str | None, **kw) -> str:
+    return server_workspace(framework, version, **kw).source
 
 
 def _draft_context_page(v, d, k: int, given: str, page: int, page_words: str) -> None:
