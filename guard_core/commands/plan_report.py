@@ -854,12 +854,8 @@ def _groups_text(groups) -> str:
 
 
 def _kind_label(g, mg) -> str:
-    if g.kind == "sliding":
-        base = f"sliding window {g.window}" if g.window else "sliding window"
-    elif g.kind == "chunked":
-        base = f"chunked local attention {g.window} (sized as full)"
-    else:
-        base = "full attention"
+    from guard_core.deployment.groups import kind_label
+    base = kind_label(g.kind, g.window) + (" (sized as full)" if g.kind == "chunked" else "")
     if mg is not None and mg.other_layers:
         total = mg.num_layers or sum(n for _, n in mg.other_layers) + mg.attention_layers
         base += f" (hybrid share: {g.count} of {total} layers)"

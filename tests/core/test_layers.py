@@ -250,3 +250,19 @@ def test_per_gpu_facts_live_in_one_table():
         if path.name != "gpus.py":
             text = path.read_text()
             assert '"gb10": (' not in text and '"b300": (' not in text, f"{path}: a table keyed by GPU"
+
+
+def test_attention_kind_labels_are_written_once():
+    """Each attention kind is named in one table (guard_core.deployment.groups.KIND_LABELS)."""
+    from guard_core.deployment.groups import KINDS, KIND_LABELS, kind_label
+
+    assert set(KIND_LABELS) == set(KINDS)
+    assert kind_label("sliding", 4096) == "sliding window 4096" and kind_label("full", 4096) == "full attention"
+    for pkg in PRODUCT:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            if path.as_posix().endswith("guard_core/deployment/groups.py"):
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    assert not node.value.startswith(("sliding window", "chunked local attention", "full attention")), \
+                        f"{path}: an attention kind named outside groups.KIND_LABELS: {node.value!r}"
