@@ -30,8 +30,8 @@ from guard_core.deployment.launch_command import LaunchError, attention_backend_
 from guard_core.flashinfer.planner_choice import PlannerFacts, dtype_bytes, dtype_kind, vllm_query_dtypes
 from guard_core.deployment.presets import DEFAULT_MODEL, ModelError, ModelFacts, find_preset, load_model
 from guard_core.flashinfer.releases import NATIVE_VAR
-from guard_core.deployment.server_defaults import (default_workspace, derive, framework_label, gpu_memory, is_aarch64_gpu,
-                              sglang_tensor_core_decode, short_line, vllm_per_phase_builder, workspace_source,
+from guard_core.deployment.server_defaults import (derive, framework_label, gpu_memory, is_aarch64_gpu,
+                              sglang_tensor_core_decode, short_line, vllm_per_phase_builder, server_workspace,
                               Deployment)
 from guard_core.runtime.settings import MASTER, MOE, Settings, load_settings
 from guard_core.flashinfer.sizing import INT_WORKSPACE_BYTES, AttentionLayout
@@ -675,10 +675,9 @@ def _planner_facts(a, fw, gpu, line, kv_dtype, kv_kind, rank_groups, dcp_v: int,
 def _buffers(a, L, fw, line, facts, limits, q: int, dqk: int, det: bool):
     """(the server's own buffer, where that size comes from, the user's native size where it
     decides (the adapter's ``user_bytes``), the buffer checked: --workspace or the server's)."""
-    server = default_workspace(fw, line, architecture=facts.architecture, max_num_batched_tokens=limits.max_num_batched_tokens,
-                               q_heads=q, head_dim=dqk)
-    server_src = workspace_source(fw, line, architecture=facts.architecture,
-                                  max_num_batched_tokens=limits.max_num_batched_tokens, q_heads=q, head_dim=dqk)
+    own = server_workspace(fw, line, architecture=facts.architecture, max_num_batched_tokens=limits.max_num_batched_tokens,
+                           q_heads=q, head_dim=dqk)
+    server, server_src = own.value, own.source
     user = None
     if L and L.workspace_bytes and not a.workspace:
         server, server_src = _native_buffer(fw, line, facts.architecture, L, server, server_src,
@@ -855,12 +854,8 @@ def _groups_text(groups) -> str:
 
 
 def _kind_label(g, mg) -> str:
-    if g.kind == "sliding":
-        base = f"sliding window {g.window}" if g.window else "sliding window"
-    elif g.kind == "chunked":
-        base = f"chunked local attention {g.window} (sized as full)"
-    else:
-        base = "full attention"
+    from guard_core.deployment.groups import kind_label
+    base = kind_label(g.kind, g.window) + (" (sized as full)" if g.kind == "chunked" else "")
     if mg is not None and mg.other_layers:
         total = mg.num_layers or sum(n for _, n in mg.other_layers) + mg.attention_layers
         base += f" (hybrid share: {g.count} of {total} layers)"
@@ -890,16 +885,11 @@ def _server_reading(a, fw: str, model_path, tp: int, environ=None):
 
 def _native_buffer(fw, line, architecture, L, server, server_src, tokens, q, dqk):
     """The buffer the server allocates with its own workspace variable set (issue #22)."""
-    from guard_core.deployment.server_defaults import SGLANG_LARGE, sglang_default_workspace, vllm_per_phase_builder
+    from guard_core.deployment.server_defaults import SGLANG_LARGE, sglang_default_workspace, vllm_workspace
     user = L.workspace_bytes
     if fw == "vllm":
-        if vllm_per_phase_builder(line):
-            # vLLM 0.26+: max(VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE, tokens x heads x dim x 16)
-            # (vllm/v1/attention/backends/flashinfer.py _get_workspace_buffer)
-            est = tokens * q * dqk * 16
-            if est > user:
-                return est, f"{L.workspace_source}, below vLLM's tokens x heads x dim x 16 = {est:,}, which wins"
-        return user, L.workspace_source
+        own = vllm_workspace(line, tokens, q, dqk, user=user, user_source=L.workspace_source)
+        return own.value, own.source
     if sglang_default_workspace(line, architecture) == SGLANG_LARGE:
         # SGLang sets the variable to 512 MiB for its fixed architecture list, over the user's value
         # (layers/attention/flashinfer_backend.py: envs.SGLANG_FLASHINFER_WORKSPACE_SIZE.set(512 MiB))

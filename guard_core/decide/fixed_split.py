@@ -90,7 +90,7 @@ def split_sizes_from_env(environ) -> tuple[int | None, int | None, list[str]]:
 
 def gpu_memory_bytes(gpu, device=None) -> int | None:
     """Total memory of the GPU: live through torch where a CUDA device is visible, else the
-    table of known GPUs (``server_defaults.GPU_MEMORY``), else None."""
+    table of known GPUs (``gpus.GPU_MEMORY``), else None."""
     import sys
 
     torch = sys.modules.get("torch")
@@ -101,8 +101,7 @@ def gpu_memory_bytes(gpu, device=None) -> int | None:
     except Exception:
         pass
     try:
-        from guard_core.deployment.server_defaults import gpu_memory
-        from guard_core.gpus import GPU_TABLE, find_spec
+        from guard_core.gpus import GPU_TABLE, find_spec, gpu_memory
 
         spec = find_spec(gpu.name) if gpu is not None else None
         if spec is None and gpu is not None:  # the table's own display name (offline / test GPUs)

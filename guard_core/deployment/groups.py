@@ -26,10 +26,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-__all__ = ["GroupsError", "rank_groups_from", "read_config", "read_with_server", "reader_main", "server_view",
-           "single"]
+__all__ = ["GroupsError", "KIND_LABELS", "kind_label", "rank_groups_from", "read_config", "read_with_server",
+           "reader_main", "server_view", "single"]
 
 KINDS = ("full", "sliding", "chunked", "mla")
+# each kind as the report and the notes name it (the one copy: AttentionGroup.label, plan's table)
+KIND_LABELS = {"full": "full attention", "sliding": "sliding window", "chunked": "chunked local attention",
+               "mla": "MLA (not applicable: FlashInfer's MLA planner, its own buffer)"}
+
+
+def kind_label(kind: str, window: int | None = None) -> str:
+    """``sliding window 4096``, ``chunked local attention 8192``, ``full attention``, ..."""
+    base = KIND_LABELS[kind]
+    return f"{base} {window}" if window and kind in ("sliding", "chunked") else base
 
 
 class GroupsError(ValueError):
@@ -58,13 +67,7 @@ class AttentionGroup:
         return (self.num_qo_heads, self.num_kv_heads, self.head_dim_qk, self.head_dim_vo)
 
     def label(self) -> str:
-        if self.kind == "sliding":
-            return f"sliding window {self.window}" if self.window else "sliding window"
-        if self.kind == "chunked":
-            return f"chunked local attention {self.window}" if self.window else "chunked local attention"
-        if self.kind == "mla":
-            return "MLA (not applicable: FlashInfer's MLA planner, its own buffer)"
-        return "full attention"
+        return kind_label(self.kind, self.window)
 
 
 @dataclass(frozen=True)

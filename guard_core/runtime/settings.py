@@ -17,7 +17,7 @@ Promises (hostile values included):
   arithmetic is integer only (a fraction is rounded up to a whole byte), the
   number is at most 24 characters, and the result must lie between 1 MiB and
   288 GiB (just above the largest GPU memory in the table,
-  ``server_defaults.GPU_MEMORY``: B300/GB300, 268.6 GiB); anything else is refused,
+  ``gpus.GPU_MEMORY``: B300/GB300, 268.6 GiB); anything else is refused,
   never truncated to a smaller size.
 * ``FLASHINFER_GUARD_WORKSPACE_MAX``: the most a fixed-split mode (SGLang's
   deterministic inference) may make the workspace, where the need grows with the

@@ -207,10 +207,10 @@ def test_search_finds_an_injected_envelope_gap(shape, monkeypatch):
     """A test of the search: an envelope made blind to window clipping (guard_core's witness
     search told that a request's KV is not clipped, as before issue 27) is still right about
     its own witness, but the independent search must find a worse batch."""
-    import guard_core.flashinfer.sizing as sizing
+    import guard_core.flashinfer.scenarios as scenarios
 
     space, (real, _batch) = _found(shape)
-    monkeypatch.setattr(sizing, "_window_pages", lambda layout, cta, max_pages: max_pages)
+    monkeypatch.setattr(scenarios, "_window_pages", lambda layout, cta, max_pages: max_pages)
     blind = guard_eager_prefill(space)
     if blind.witness:  # right about its own witness ...
         wb = [(q, p * space.page) for q, p, c in blind.witness for _ in range(c)]

@@ -183,8 +183,10 @@ def test_case11_launch_values_bounded_and_nested_json_refused_fast():
 def test_case11_doctor_reports_with_an_unreadable_flashinfer_version(monkeypatch):
     """before: `internal error (InvalidVersion ...)` and no report; after: the report, the version named."""
     versions = {"vllm": None, "sglang": None, "flashinfer-python": "nightly-2026-11-30", "torch": None}
-    monkeypatch.setattr(cli, "installed_version", lambda d: versions.get(d))
-    monkeypatch.setattr(cli, "flashinfer_version", lambda: "nightly-2026-11-30")
+    from guard_core.commands import doctor
+
+    monkeypatch.setattr(doctor, "installed_version", lambda d: versions.get(d))
+    monkeypatch.setattr(doctor, "flashinfer_version", lambda: "nightly-2026-11-30")
     out = io.StringIO()
     assert cli.run_doctor(out=out) == 0
     text = out.getvalue()

@@ -178,11 +178,11 @@ def test_newer_flashinfer_is_sized_with_the_newest_family():
 # --- doctor ----------------------------------------------------------------------------
 
 def test_doctor_prints_the_declared_ranges(monkeypatch):
-    from guard_core.commands import cli
+    from guard_core.commands import cli, doctor
 
     versions = {"vllm": "0.34.0", "sglang": None, "flashinfer-python": "0.8.0", "torch": None}
-    monkeypatch.setattr(cli, "installed_version", lambda d: versions.get(d))
-    monkeypatch.setattr(cli, "flashinfer_version", lambda: "0.8.0")
+    monkeypatch.setattr(doctor, "installed_version", lambda d: versions.get(d))
+    monkeypatch.setattr(doctor, "flashinfer_version", lambda: "0.8.0")
     out = io.StringIO()
     assert cli.run_doctor(out=out) == 0
     text = out.getvalue()

@@ -222,7 +222,7 @@ def test_plan_defaults_equal_vllm(gpu, args):
     if "_model" not in args:  # the probe's builder has SHAPE's heads (vLLM 0.26+ sizes by them)
         assert ours["workspace"] == real["workspace"]
     # vLLM's buffer rule is written twice (issue 30): plan's offline copy
-    # (server_defaults.vllm_default_workspace) and the adapter's live reading
+    # (server_defaults.vllm_workspace) and the adapter's live reading
     # (vllm_guard.workspace_facts.server_bytes); both equal what vLLM allocates
     assert real["adapter_workspace"] == real["workspace"]
     assert ours["decode_graph_max"] == real["decode_graph_max"]
