@@ -24,6 +24,7 @@ reading is preferred (``server_groups``).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 
 __all__ = ["GroupsError", "rank_groups_from", "read_config", "read_with_server", "reader_main", "server_view",
@@ -189,24 +190,69 @@ def single(name: str, architecture: str, q: int, kv: int, dqk: int, dvo: int | N
 # the built-in config reader
 
 
-# transformers' defaults for a nested text config that leaves fields out
-# (llava-1.5's text_config names only model_type "llama" and a few fields;
-# LlavaConfig builds a LlamaConfig from it: transformers
-# models/llama/configuration_llama.py LlamaConfig.__init__ defaults).
-_TEXT_DEFAULTS = {
-    "llama": {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
-              "max_position_embeddings": 2048},
-    "mistral": {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-                "max_position_embeddings": 4096 * 32, "sliding_window": 4096},
-}
+# vLLM 0.33 ModelArchConfigConvertorBase.is_deepseek_mla
+# (transformers_utils/model_arch_config_convertor.py:294-341): these text model types run MLA
+# when kv_lora_rank is set (DeepSeek-V4 style configs with compress ratios: when head_dim is
+# set); ModelConfig.use_mla (config/model.py:2068-2081) turns it off for is_causal false
+# (bidirectional embedding checkpoints). Any other kv_lora_rank model (MiniCPM3 ...) runs
+# ordinary attention: its head size is ModelConfig.get_head_size's.
+MLA_MODEL_TYPES = ("axk1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_v4", "deepseek_v41",
+                   "dots3_note", "deepseek_mtp", "k3_dspark", "glm5_next", "glm5_next_text", "glm_moe_dsa",
+                   "glm4_moe_lite", "glm4_moe_lite_mtp", "kimi_k2", "kimi_linear", "longcat_flash",
+                   "pangu_ultra_moe", "pangu_ultra_moe_mtp", "bailing_hybrid", "bailing_hybrid_mtp",
+                   "bailing_hybrid_v3_mtp", "hy_v4", "hy_v4_mtp")
 
-# vLLM 0.33 ModelConfig.is_deepseek_mla (config/model.py): these model types run
-# MLA when kv_lora_rank is set; MiniCPM3 has kv_lora_rank but runs ordinary
-# attention (vllm model_executor/models/minicpm3.py: Attention(num_heads,
-# qk_head_dim, num_kv_heads=num_heads), the value padded to qk_head_dim).
-MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_mtp", "kimi_k2", "kimi_linear",
-                   "longcat_flash", "pangu_ultra_moe", "pangu_ultra_moe_mtp", "glm_moe_dsa", "mistral_large_3",
-                   "kimi_k25", "deepseek_v4")
+# transformers' declared config defaults per model_type (ci/dump_model_defaults.py, checked
+# against the installed transformers by tests/vllm/test_model_defaults.py)
+MODEL_DEFAULTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model_defaults.json")
+_LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
+_defaults_cache: dict = {}
+
+
+def model_defaults() -> dict:
+    """{model_type: declared defaults} from the committed table (empty when it cannot be read)."""
+    if "models" not in _defaults_cache:
+        import json
+
+        try:
+            with open(MODEL_DEFAULTS_FILE, encoding="utf-8") as fh:
+                t = json.load(fh)
+            _defaults_cache["models"] = t.get("models", {}) if isinstance(t, dict) else {}
+            _defaults_cache["transformers"] = t.get("transformers") if isinstance(t, dict) else None
+        except (OSError, ValueError):
+            _defaults_cache["models"] = {}
+    return _defaults_cache["models"]
+
+
+def fill_defaults(cfg: dict, inherited: dict | None = None, depth: int = 0) -> dict:
+    """``cfg`` with what it leaves out taken from transformers' declared defaults for its
+    ``model_type`` (a sub-config with no model type of its own takes its parent class's
+    declared sub-config defaults), as transformers' config class fills them when vLLM loads
+    the config. Only absent keys are filled (an explicit null stays null, as transformers
+    keeps it); a list default (a per-layer pattern) only where the config sets no layer count
+    of its own (transformers derives it from the count otherwise; the reader's rules do)."""
+    if not isinstance(cfg, dict) or depth > 4:
+        return cfg
+    mt = cfg.get("model_type")
+    own = model_defaults().get(mt) if isinstance(mt, str) else None
+    d = own if own is not None else (inherited or {})
+    out = dict(cfg)
+    sets_layers = any(k in cfg for k in _LAYER_COUNT_KEYS)
+    for k, v in d.items():
+        if isinstance(v, dict):
+            if k not in cfg:
+                out[k] = fill_defaults({}, v, depth + 1)
+            elif isinstance(cfg[k], dict):
+                out[k] = fill_defaults(cfg[k], v, depth + 1)
+            continue
+        if k in cfg or (isinstance(v, list) and sets_layers):
+            continue
+        out[k] = v
+    for k, v in cfg.items():  # a sub-config naming its own model type (llava's text_config: "llama")
+        if isinstance(v, dict) and not isinstance(d.get(k), dict) and isinstance(v.get("model_type"), str):
+            out[k] = fill_defaults(v, None, depth + 1)
+    return out
+
 
 _ATTN_TYPES = {"full_attention": "full", "attention": "full", "global": "full", "sliding_attention": "sliding",
                "local_sliding": "sliding", "sliding": "sliding", "chunked_attention": "chunked"}
@@ -229,7 +275,7 @@ def text_scope(cfg: dict, name: str = "config.json") -> tuple[dict, dict | None]
         if sub == "thinker_config" and isinstance(v.get("text_config"), dict):
             v = v["text_config"]
         if v:
-            return v, _TEXT_DEFAULTS.get(v.get("model_type"))
+            return v, None
     return cfg, None
 
 
@@ -253,92 +299,162 @@ def _raw_reader(cfg: dict, text: dict, defaults: dict | None):
 
 
 def read_config(cfg: dict, name: str = "config.json") -> ModelGroups:
-    """The attention groups of a published config.json, as the servers read it."""
+    """The attention groups of a published config.json, as the servers read it.
+
+    What the config leaves out is taken from transformers' declared defaults for its model
+    type first (``fill_defaults``), as vLLM's config loading does."""
     if not isinstance(cfg, dict):
         raise GroupsError(f"{name}: not a JSON object")
+    cfg = fill_defaults(cfg)
     text, defaults = text_scope(cfg, name)
     archs = cfg.get("architectures") or text.get("architectures") or ["?"]
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else "?"
     raw = _raw_reader(cfg, text, defaults)
 
     model_type = text.get("model_type") or cfg.get("model_type") or ""
+    # heads: num_attention_heads, or the GPT-2/Falcon/BLOOM spelling n_head that transformers'
+    # attribute_map reads as num_attention_heads (e.g. GPT2Config, FalconConfig, BloomConfig)
     heads_raw = raw("num_attention_heads", "n_head", "num_heads")
     if heads_raw is None:
-        raise GroupsError(f"{name}: no num_attention_heads (looked in text_config/llm_config/language_config too); "
+        raise GroupsError(f"{name}: no num_attention_heads or n_head (looked in text_config/llm_config/"
+                          "language_config/thinker_config and transformers' defaults for its model_type); "
                           "pass --qo-heads/--kv-heads/--head-dim instead")
     heads = _int(heads_raw, "num_attention_heads", name, hi=4096)
-    # layers: num_hidden_layers; ChatGLM's num_layers (vLLM's ChatGLMConfig maps it,
-    # vllm transformers_utils/configs/chatglm.py attribute_map)
-    layers = raw("num_hidden_layers", "num_layers", "n_layer")
+    # layers: num_hidden_layers; n_layer (GPT-2 attribute_map); ChatGLM's num_layers (vLLM's
+    # ChatGLMConfig maps it, vllm transformers_utils/configs/chatglm.py attribute_map)
+    layers = raw("num_hidden_layers", "n_layer", "num_layers")
     layers = _int(layers, "num_hidden_layers", name, hi=1 << 16) if layers is not None else 0
-    max_len = raw("max_position_embeddings", "seq_length", "n_positions")
+    max_len = raw("max_position_embeddings", "n_positions", "seq_length")
     max_len = max_len if type(max_len) is int and 0 < max_len <= (1 << 27) else None
 
-    # KV heads: vLLM ModelConfig.get_total_num_kv_heads looks at n_head_kv,
-    # num_kv_heads, num_key_value_heads, multi_query_group_num (ChatGLM) in that
-    # order, and num_attention_heads when none is set
-    kv_raw = raw("n_head_kv", "num_kv_heads", "num_key_value_heads")
-    if kv_raw is None and raw("multi_query_attention") is not False:
-        kv_raw = raw("multi_query_group_num")
-    kv = _int(kv_raw, "num_key_value_heads", name, hi=4096) if kv_raw is not None else heads
+    kv = _kv_heads(raw, model_type, heads, name)
+    if _is_mla(raw, model_type):
+        return _mla_groups(raw, name, arch, heads, layers, max_len)
+    if raw("kv_lora_rank") is not None and model_type == "minicpm3":
+        return _minicpm3_groups(raw, name, arch, heads, layers, max_len)
 
-    if raw("kv_lora_rank") is not None:
-        return _lora_kv_groups(raw, name, arch, model_type, heads, layers, max_len)
-
-    hd, vdim = _head_dims(raw, name, heads)
+    hd, vdim = _head_dims(raw, name, heads, model_type)
+    if model_type == "zamba2":
+        # vllm 0.33 models/zamba2.py Zamba2Attention:195: Attention(num_heads, attention_head_dim)
+        # with no num_kv_heads, so as many KV heads as query heads
+        kv = heads
     if heads % kv:
         raise GroupsError(f"{name}: {heads} query heads are not a multiple of {kv} KV heads")
     window = raw("sliding_window")
     window = window if type(window) is int and window > 0 else None
     sinks = model_type == "gpt_oss"  # every gpt-oss layer has per-head sinks (vllm models/gpt_oss.py)
 
-    groups: list[AttentionGroup] = []
-    other: dict[str, int] = {}
-    notes: list[str] = []
-
-    kinds = _layer_kinds(text, cfg, raw, model_type, layers, window, name)
-
     blocks = raw("block_configs")
     if isinstance(blocks, list) and blocks:
         return _block_config_groups(blocks, name, arch, heads, hd, vdim, max_len)
 
-    for k in kinds:
+    kinds = _layer_kinds(text, cfg, raw, model_type, layers, window, name)
+    per_layer_q = _per_layer_heads(raw, len(kinds), name)
+    groups: list[AttentionGroup] = []
+    other: dict[str, int] = {}
+    for i, k in enumerate(kinds):
         if k not in KINDS:
             other[k] = other.get(k, 0) + 1
             continue
-        groups.append(_layer_group(k, raw, name, model_type, heads, kv, hd, vdim, window, sinks))
-    return ModelGroups(name, arch, merge(groups), layers, tuple(other.items()), max_len, "built-in reader",
-                       tuple(notes))
+        q = per_layer_q[i] if per_layer_q else heads
+        groups.append(_layer_group(k, raw, name, model_type, q, kv, hd, vdim, window, sinks))
+    return ModelGroups(name, arch, merge(groups), len(kinds) or layers, tuple(other.items()), max_len,
+                       "built-in reader", ())
 
 
-def _lora_kv_groups(raw, name: str, arch: str, model_type: str, heads: int, layers: int,
-                    max_len: int | None) -> ModelGroups:
-    """A config with kv_lora_rank: MiniCPM3's ordinary attention, or MLA (its own planner)."""
-    if model_type == "minicpm3":
-        dqk = _int(raw("qk_nope_head_dim"), "qk_nope_head_dim", name) + _int(raw("qk_rope_head_dim"),
-                                                                               "qk_rope_head_dim", name)
-        g = AttentionGroup("full", heads, heads, dqk, dqk, max(layers, 1))
-        return ModelGroups(name, arch, (g,), layers, (), max_len, "built-in reader",
-                           ("MiniCPM3: ordinary attention with qk_nope + qk_rope head dim, the value padded to it "
-                            "(vLLM minicpm3.py)",))
-    dqk = int(raw("qk_nope_head_dim") or 128) + int(raw("qk_rope_head_dim") or 64)
-    g = AttentionGroup("mla", heads, heads, dqk, int(raw("v_head_dim") or 128), max(layers, 1))
+def _kv_heads(raw, model_type: str, heads: int, name: str) -> int:
+    """KV heads as vLLM 0.33 reads them: Falcon's multi-query flag first (one KV head unless
+    new_decoder_architecture; ``FalconModelArchConfigConvertor.get_total_num_kv_heads``,
+    transformers_utils/model_arch_config_convertor.py:503-520), else the first of
+    CONFIG_FIELD_ALIASES["total_num_kv_heads"] set (n_head_kv, num_kv_heads,
+    num_key_value_heads, multi_query_group_num, num_attention_groups;
+    transformers_utils/config.py:56-63), else the query heads."""
+    if model_type in ("falcon", "RefinedWeb", "RefinedWebModel") and not raw("new_decoder_architecture") \
+            and raw("multi_query"):
+        return 1
+    kv_raw = raw("n_head_kv", "num_kv_heads", "num_key_value_heads")
+    if kv_raw is None and raw("multi_query_attention") is not False:
+        kv_raw = raw("multi_query_group_num")
+    if kv_raw is None:
+        kv_raw = raw("num_attention_groups")
+    return _int(kv_raw, "num_key_value_heads", name, hi=4096) if kv_raw is not None else heads
+
+
+def _is_mla(raw, model_type: str) -> bool:
+    """vLLM 0.33 ``ModelConfig.use_mla`` (config/model.py:2068-2081) through
+    ``is_deepseek_mla`` (transformers_utils/model_arch_config_convertor.py:294-341): one of
+    MLA_MODEL_TYPES, causal, and kv_lora_rank set (DeepSeek-V4 configs, which carry
+    compress ratios: head_dim set; vllm transformers_utils/deepseek_v4_utils.py
+    get_compress_ratios reads compress_ratios or compress_rates, and transformers'
+    DeepseekV4Config always fills compress_rates from default_compress_rates,
+    configuration_deepseek_v4.py:144-145)."""
+    if model_type not in MLA_MODEL_TYPES or raw("is_causal") is False:
+        return False
+    if model_type == "deepseek_v4" or raw("compress_ratios") is not None or raw("compress_rates") is not None:
+        return raw("head_dim") is not None
+    return raw("kv_lora_rank") is not None
+
+
+def _mla_groups(raw, name: str, arch: str, heads: int, layers: int, max_len: int | None) -> ModelGroups:
+    """MLA: FlashInfer's MLA planner and its own buffer (nothing planned in the guarded one)."""
+    dqk = _pos(raw("qk_nope_head_dim"), 128) + _pos(raw("qk_rope_head_dim"), 64)
+    g = AttentionGroup("mla", heads, heads, dqk, _pos(raw("v_head_dim"), 128), max(layers, 1))
     return ModelGroups(name, arch, (g,), layers, (), max_len, "built-in reader",
                        ("MLA: FlashInfer's MLA planner and its own buffer",))
 
 
-def _head_dims(raw, name: str, heads: int) -> tuple[int, int]:
-    """(qk head dim, value head dim): head_dim, ChatGLM's kv_channels, Nemotron-H's
-    attention_head_dim, else hidden_size / heads (vLLM ModelConfig.get_head_size)."""
-    hd = raw("head_dim", "kv_channels", "attention_head_dim")
+def _pos(v, default: int) -> int:
+    return v if type(v) is int and 0 < v <= 1 << 16 else default
+
+
+def _minicpm3_groups(raw, name: str, arch: str, heads: int, layers: int, max_len: int | None) -> ModelGroups:
+    """MiniCPM3 has kv_lora_rank but runs ordinary attention (vllm models/minicpm3.py:
+    Attention(num_heads, qk_head_dim, num_kv_heads=num_heads), the value padded to qk_head_dim)."""
+    dqk = _int(raw("qk_nope_head_dim"), "qk_nope_head_dim", name) + _int(raw("qk_rope_head_dim"),
+                                                                           "qk_rope_head_dim", name)
+    g = AttentionGroup("full", heads, heads, dqk, dqk, max(layers, 1))
+    return ModelGroups(name, arch, (g,), layers, (), max_len, "built-in reader",
+                       ("MiniCPM3: ordinary attention with qk_nope + qk_rope head dim, the value padded to it "
+                        "(vLLM minicpm3.py)",))
+
+
+def _per_layer_heads(raw, n: int, name: str) -> list[int] | None:
+    """Per-layer query heads (Laguna: num_attention_heads_per_layer; vllm 0.33
+    models/laguna.py:490-496 reads ``per_layer_heads[layer_idx]``), or None."""
+    v = raw("num_attention_heads_per_layer")
+    if v is None:
+        return None
+    if not isinstance(v, list) or len(v) < n:
+        raise GroupsError(f"{name}: num_attention_heads_per_layer must list one head count per layer ({n})")
+    return [_int(x, "num_attention_heads_per_layer", name, hi=4096) for x in v[:n]]
+
+
+def _head_dims(raw, name: str, heads: int, model_type: str = "") -> tuple[int, int]:
+    """(qk head dim, value head dim) as vLLM 0.33 ``get_head_size`` reads it
+    (transformers_utils/model_arch_config_convertor.py:91-117): head_dim when set and above 0
+    (a DeepSeek-V2 layout without MLA writes 0), PLaMo's hidden_size_per_head, Zamba2's
+    attention_head_dim (Zamba2ModelArchConfigConvertor; transformers computes it as
+    2 * hidden_size // heads, configuration_zamba2.py:115), ChatGLM's kv_channels and
+    Nemotron-H's attention_head_dim, else hidden_size (n_embd, d_model) // heads."""
+    if model_type == "zamba2":
+        hd = raw("attention_head_dim")
+        if hd is None:
+            hidden = _int(raw("hidden_size"), "hidden_size", name)
+            hd = 2 * hidden // heads
+    else:
+        hd = raw("head_dim")
+        if hd == 0:
+            hd = None
+        if hd is None:
+            hd = raw("hidden_size_per_head", "kv_channels", "attention_head_dim")
     if hd is None:
         hidden = raw("hidden_size", "n_embd", "d_model")
         if hidden is None:
-            raise GroupsError(f"{name}: neither head_dim nor hidden_size given")
+            raise GroupsError(f"{name}: neither head_dim nor hidden_size (n_embd) given")
         hd = _int(hidden, "hidden_size", name) // heads
     hd = _int(hd, "head_dim", name, hi=2048)
     vdim = raw("v_head_dim")
-    vdim = _int(vdim, "v_head_dim", name, hi=2048) if vdim is not None else hd
+    vdim = _int(vdim, "v_head_dim", name, hi=2048) if vdim not in (None, 0) else hd
     return hd, vdim
 
 
@@ -396,56 +512,136 @@ def _layer_group(k: str, raw, name: str, model_type: str, heads: int, kv: int, h
     return AttentionGroup(k, q, kvh, dqk, dvo, 1, win, snk)
 
 
-def _layer_kinds(text, cfg, raw, model_type, layers, window, name) -> list[str]:
-    """The kind of each layer: full/sliding/chunked, or what else it runs."""
-    n = layers
+# ---------------------------------------------------------------------------
+# the model-kind table: how each layout names its layers. One row per layout, in order; the
+# first row whose rule answers gives every layer's kind (full/sliding/chunked, or a label for
+# a layer outside FlashInfer's attention planners). A new layout is one row here and one
+# config in tests/data/model_configs_published (with its source), checked against vLLM's
+# own reading by tests/vllm/test_published_configs.py.
+
+_BLOCK_TYPES = {"attention": "full", "full_attention": "full", "hybrid": "full", "sliding_attention": "sliding",
+                "mamba": "mamba", "linear_attention": "linear attention"}
+
+
+def _kinds_layer_types(raw, mt, n, window, name):
     lt = raw("layer_types")
-    if isinstance(lt, list) and lt:
-        if not all(isinstance(t, str) for t in lt):
-            raise GroupsError(f"{name}: layer_types must be a list of layer kinds (strings)")
-        return [_ATTN_TYPES.get(t, t.replace("_", " ")) for t in (lt[:n] if n else lt)]
-    # Nemotron-H: hybrid_override_pattern, '*' attention, 'M' Mamba, '-' MLP,
-    # 'E' MoE (transformers NemotronHConfig.layers_block_type; vllm models/nemotron_h.py)
+    if not (isinstance(lt, list) and lt):
+        return None
+    if not all(isinstance(t, str) for t in lt):
+        raise GroupsError(f"{name}: layer_types must be a list of layer kinds (strings)")
+    return [_ATTN_TYPES.get(t, t.replace("_", " ")) for t in (lt[:n] if n else lt)]
+
+
+def _kinds_layers_block_type(raw, mt, n, window, name):
+    lbt = raw("layers_block_type")
+    if not (isinstance(lbt, list) and lbt):
+        return None
+    if not all(isinstance(t, str) for t in lbt):
+        raise GroupsError(f"{name}: layers_block_type must be a list of layer kinds (strings)")
+    # "hybrid" is an attention layer only in Zamba2 (the shared transformer block)
+    names = dict(_BLOCK_TYPES, hybrid="full" if mt == "zamba2" else "hybrid")
+    return [names.get(t, t.replace("_", " ")) for t in lbt]
+
+
+def _kinds_zamba2_default(raw, mt, n, window, name):
+    if mt != "zamba2":
+        return None
+    return (["mamba"] + (["mamba"] * 5 + ["full"]) * 7 + ["mamba"] * 4 + ["full"] + ["mamba"] * 3 + ["full"]
+            + ["mamba"] * 2)
+
+
+def _kinds_jamba(raw, mt, n, window, name):
+    period, offset = raw("attn_layer_period"), raw("attn_layer_offset")
+    if mt != "jamba" or type(period) is not int or type(offset) is not int or period <= 0:
+        return None
+    return ["full" if i % period == offset else "mamba" for i in range(n)]
+
+
+def _kinds_hybrid_override(raw, mt, n, window, name):
     pat = raw("hybrid_override_pattern")
-    if isinstance(pat, str) and pat:
-        names = {"*": "full", "M": "mamba", "-": "mlp", "E": "moe"}
-        return [names.get(c, f"block {c}") for c in pat]
-    # MiMo-V2-Flash: hybrid_layer_pattern, 1 = sliding window, 0 = full
+    if not (isinstance(pat, str) and pat):
+        return None
+    names = {"*": "full", "M": "mamba", "-": "mlp", "E": "moe"}
+    return [names.get(c, f"block {c}") for c in pat]
+
+
+def _kinds_mimo(raw, mt, n, window, name):
     hp = raw("hybrid_layer_pattern")
-    if isinstance(hp, list) and hp and model_type == "mimo_v2_flash":
-        return ["sliding" if v == 1 else "full" for v in hp]
-    # Qwen3-Next-style full_attention_interval: every interval-th layer is full
-    # attention, the rest linear attention (transformers Qwen3NextConfig.layer_types)
+    if not (isinstance(hp, list) and hp and mt == "mimo_v2_flash"):
+        return None
+    return ["sliding" if v == 1 else "full" for v in hp]
+
+
+def _kinds_interval(raw, mt, n, window, name):
     interval = raw("full_attention_interval")
-    if type(interval) is int and interval > 0:
-        return ["full" if (i + 1) % interval == 0 else "linear attention" for i in range(n)]
-    # Llama 4: chunked local attention on RoPE layers, full attention on NoPE layers
-    # (vllm models/llama4.py Llama4Attention: use_chunked_local_attn = not nope and
-    # attention_chunk_size; transformers Llama4TextConfig.no_rope_layers default: every
-    # no_rope_layer_interval-th (4) layer is NoPE)
+    if not (type(interval) is int and interval > 0):
+        return None
+    return ["full" if (i + 1) % interval == 0 else "linear attention" for i in range(n)]
+
+
+def _kinds_llama4(raw, mt, n, window, name):
     chunk = raw("attention_chunk_size")
-    if model_type in ("llama4", "llama4_text") and type(chunk) is int and chunk > 0:
-        nope = raw("no_rope_layers")
-        if not (isinstance(nope, list) and len(nope) == n):
-            iv = raw("no_rope_layer_interval") or 4
-            nope = [int((i + 1) % iv != 0) for i in range(n)]
-        return ["chunked" if v else "full" for v in nope]
-    # Gemma 2 / Gemma 3 without layer_types: transformers fills them in
-    # (Gemma2Config: sliding on even layers; Gemma3TextConfig: every
-    # sliding_window_pattern-th layer full)
-    if model_type == "gemma2" and window:
-        return ["sliding" if (i + 1) % 2 else "full" for i in range(n)]
-    if model_type in ("gemma3", "gemma3_text") and window:
-        pattern = raw("sliding_window_pattern") or 6
-        return ["sliding" if (i + 1) % pattern else "full" for i in range(n)]
-    # Qwen2-style use_sliding_window: false disables the window; otherwise
-    # layers from max_window_layers on slide (transformers Qwen2Config.layer_types)
+    if not (mt in ("llama4", "llama4_text") and type(chunk) is int and chunk > 0):
+        return None
+    nope = raw("no_rope_layers")
+    if not (isinstance(nope, list) and len(nope) == n):
+        iv = raw("no_rope_layer_interval") or 4
+        nope = [int((i + 1) % iv != 0) for i in range(n)]
+    return ["chunked" if v else "full" for v in nope]
+
+
+def _kinds_gemma2(raw, mt, n, window, name):
+    if not (mt == "gemma2" and window):
+        return None
+    return ["sliding" if (i + 1) % 2 else "full" for i in range(n)]
+
+
+def _kinds_gemma3(raw, mt, n, window, name):
+    if not (mt in ("gemma3", "gemma3_text") and window):
+        return None
+    pattern = raw("sliding_window_pattern") or 6
+    return ["sliding" if (i + 1) % pattern else "full" for i in range(n)]
+
+
+def _kinds_qwen2_window(raw, mt, n, window, name):
     if raw("use_sliding_window") is False:
         return ["full"] * n
     if raw("use_sliding_window") is True and window:
         mwl = raw("max_window_layers") or n
         return ["sliding" if i >= mwl else "full" for i in range(n)]
-    return ["full"] * n
+    return None
+
+
+# (rule, where the layout is defined upstream)
+LAYER_KIND_RULES = (
+    (_kinds_layer_types, "layer_types as written (transformers' convention; vllm 0.33 config/model.py:1773-1783)"),
+    (_kinds_layers_block_type, "layers_block_type (Jamba, Zamba2, Nemotron-H re-saved by transformers 5: "
+                               "vllm 0.33 config/model.py:1751-1764, models/zamba2.py:751-755, "
+                               "models/jamba.py:322; transformers configuration_nemotron_h.py:84)"),
+    (_kinds_zamba2_default, "Zamba2 without layers_block_type: transformers configuration_zamba2.py:128-137"),
+    (_kinds_jamba, "Jamba: attention every attn_layer_period-th layer from attn_layer_offset "
+                   "(transformers configuration_jamba.py:99-103, which vllm models/jamba.py:322 reads)"),
+    (_kinds_hybrid_override, "Nemotron-H hybrid_override_pattern: '*' attention, 'M' Mamba, '-' MLP, 'E' MoE "
+                             "(vllm models/nemotron_h.py; transformers configuration_nemotron_h.py:158-163)"),
+    (_kinds_mimo, "MiMo-V2-Flash hybrid_layer_pattern: 1 sliding, 0 full (vllm models/mimo_v2.py)"),
+    (_kinds_interval, "full_attention_interval: every interval-th layer full, the rest linear attention "
+                      "(transformers Qwen3NextConfig.layer_types)"),
+    (_kinds_llama4, "Llama 4: chunked local attention on RoPE layers, full on NoPE layers (vllm "
+                    "models/llama4.py Llama4Attention; transformers Llama4TextConfig.no_rope_layers)"),
+    (_kinds_gemma2, "Gemma 2 without layer_types: sliding on even layers (transformers Gemma2Config)"),
+    (_kinds_gemma3, "Gemma 3 without layer_types: every sliding_window_pattern-th (6) layer full "
+                    "(transformers Gemma3TextConfig)"),
+    (_kinds_qwen2_window, "Qwen2 use_sliding_window / max_window_layers (transformers Qwen2Config.layer_types)"),
+)
+
+
+def _layer_kinds(text, cfg, raw, model_type, layers, window, name) -> list[str]:
+    """The kind of each layer (LAYER_KIND_RULES, first that answers), else all full attention."""
+    for rule, _source in LAYER_KIND_RULES:
+        kinds = rule(raw, model_type, layers, window, name)
+        if kinds is not None:
+            return kinds
+    return ["full"] * layers
 
 
 def server_view(groups, framework: str) -> tuple[RankGroup, ...]:
@@ -497,6 +693,20 @@ def run_server_reader(framework: str, path: str, tps=(1,), environ=None, python:
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    import shutil
+    import tempfile
+
+    tmp = None
+    if os.path.isfile(path) and os.path.basename(path) != "config.json":
+        # the server's config code reads a directory's config.json: a file under another
+        # name is read from a private copy named so
+        tmp = tempfile.mkdtemp(prefix="flashinfer-guard-model-")
+        try:
+            shutil.copyfile(path, os.path.join(tmp, "config.json"))
+        except OSError as exc:
+            shutil.rmtree(tmp, True)
+            return {"ok": False, "refusal": f"{framework} reader: cannot copy {path} ({type(exc).__name__})"}
+        path = os.path.join(tmp, "config.json")
     cmd = [python or sys.executable, "-m", f"{framework}_guard.model_reader", path]
     for tp in tps:
         cmd += ["--tp", str(int(tp))]
@@ -504,6 +714,9 @@ def run_server_reader(framework: str, path: str, tps=(1,), environ=None, python:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=SERVER_TIMEOUT_S, env=env)
     except (OSError, subprocess.SubprocessError) as exc:
         return {"ok": False, "refusal": f"{framework} reader did not run ({type(exc).__name__})"}
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, True)
     for line in reversed(p.stdout.splitlines()):
         if line.startswith(_MARK):
             try:
