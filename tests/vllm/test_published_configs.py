@@ -14,7 +14,6 @@ read by vLLM's own config code when plan runs in vLLM's environment, instead of 
 
 import json
 import os
-import sys
 
 import pytest
 
