@@ -679,10 +679,36 @@ def rank_groups_from(rows) -> tuple[RankGroup, ...]:
                            bool(r.get("sinks"))) for r in rows)
 
 
+_server_answers: dict = {}
+
+
+def _answer_key(framework: str, path: str, environ, python):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    env = os.environ if environ is None else environ
+    return (framework, os.path.realpath(path), st.st_mtime_ns, st.st_size, python,
+            tuple(sorted((k, v) for k, v in env.items() if k.startswith(("VLLM_", "SGLANG_", "HF_", "TRANSFORMERS_")))))
+
+
 def run_server_reader(framework: str, path: str, tps=(1,), environ=None, python: str | None = None) -> dict:
     """Run ``<framework>_guard.model_reader`` (the server's own ModelConfig, offline)
     in a subprocess of ``python`` (default: this interpreter); its JSON answer, or
-    ``{"ok": False, "refusal": ...}``. Nothing of the server is imported here."""
+    ``{"ok": False, "refusal": ...}``. Nothing of the server is imported here. One run per
+    file and process: an answer already in hand that covers every TP asked is reused
+    (``plan`` asks once while reading the model and again per rank)."""
+    key = _answer_key(framework, path, environ, python)
+    done = _server_answers.get(key) if key else None
+    if done is not None and (not done.get("ok") or all(str(int(t)) in done.get("groups", {}) for t in tps)):
+        return done
+    res = _run_server_reader(framework, path, tps, environ, python)
+    if key:
+        _server_answers[key] = res
+    return res
+
+
+def _run_server_reader(framework: str, path: str, tps, environ, python) -> dict:
     import json
     import os
     import subprocess

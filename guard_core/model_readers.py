@@ -53,7 +53,9 @@ def _server_facts(framework: str, path: str, name: str, environ=None) -> ModelFa
     """The model's groups at TP 1 (the whole model) as the installed server reads them."""
     from .groups import AttentionGroup, GroupsError, ModelGroups, SERVER_LABEL, merge, run_server_reader
 
-    res = run_server_reader(framework, path, (1,), environ)
+    # TP 1 is the whole model; the common TPs are read in the same run, so the per-rank
+    # reading that follows (plan_report's model stage) reuses this answer
+    res = run_server_reader(framework, path, (1, 2, 4, 8), environ)
     label = SERVER_LABEL.get(framework, framework)
     if not res.get("ok"):
         raise ModelError(f"{label}: {res.get('refusal')}")
