@@ -73,4 +73,14 @@ if LINE == "0.33.0":
         # the default (auto) in vLLM's environment: vLLM's own reader reads it (main: the
         # built-in reader's refusal ended the run)
         assert plan_answer(str(path), 8, "auto") == theirs
+        # doctor --model the same: not refused, vLLM's reading shown (main: exit 2)
+        import io
+        from contextlib import redirect_stderr, redirect_stdout
+
+        from guard_core import cli
+
+        out = io.StringIO()
+        with redirect_stdout(out), redirect_stderr(io.StringIO()):
+            code = cli.main(["doctor", "--model", str(path), "--tp", "8"])
+        assert code == 0 and "vLLM's own config code: 40 x full 6/1/128/128" in out.getvalue(), out.getvalue()
 
