@@ -117,7 +117,7 @@ def read(path: str, tps=(1,)) -> dict:
 
 
 def main(argv=None) -> int:
-    from guard_core.deployment.groups import reader_main
+    from guard_core.deployment.server_reader import reader_main
 
     return reader_main(read, "SGLang", "python -m sglang_guard.model_reader", argv)
 

@@ -49,10 +49,21 @@ def _kinds(tc, n: int) -> list[str]:
         # vllm models/nemotron_h.py builds layers from hybrid_override_pattern ('*' attention)
         pat = _get(tc, "hybrid_override_pattern", "") or ""
         return ["full" if c == "*" else {"M": "mamba", "-": "mlp", "E": "moe"}.get(c, f"block {c}") for c in pat]
+    if mt == "zamba2":
+        # vllm 0.33 config/model.py:1757-1762 and models/zamba2.py:751-755: the "hybrid" layers
+        # run attention (transformers' Zamba2Config maps layer_types to layers_block_type)
+        lbt = list(_get(tc, "layers_block_type", None) or [])
+        return ["full" if t == "hybrid" else str(t).replace("_", " ") for t in lbt[:n]]
     if isinstance(lt, (list, tuple)) and lt:
         names = {"full_attention": "full", "attention": "full", "sliding_attention": "sliding",
                  "chunked_attention": "chunked"}
         return [names.get(t, str(t).replace("_", " ")) for t in list(lt)[:n]]
+    lbt = _get(tc, "layers_block_type")
+    if isinstance(lbt, (list, tuple)) and lbt:
+        # vllm 0.33 config/model.py:1751-1764 (get_num_layers_by_block_type): "attention" layers,
+        # and in Zamba2 the "hybrid" ones (models/zamba2.py:751-755 builds their Attention)
+        att = ("attention", "full_attention") + (("hybrid",) if mt == "zamba2" else ())
+        return ["full" if t in att else str(t).replace("_", " ") for t in list(lbt)[:n]]
     return ["full"] * n
 
 
@@ -215,6 +226,13 @@ def _layer_shape(m, pc, tp: int, i: int, k: str, q: int, kv: int, hd: int):
             snk = bool(_get(tc, "add_full_attention_sink_bias", False))
     if mt == "gpt_oss":
         snk = True  # vllm models/gpt_oss.py: every layer has sinks
+    per_layer_heads = _get(tc, "num_attention_heads_per_layer")
+    if per_layer_heads is not None and not per_layer:
+        # vllm 0.33 models/laguna.py:490-496: the layer's own head count, split over TP
+        lq = int(per_layer_heads[i]) // tp
+    if mt == "zamba2":
+        # vllm 0.33 models/zamba2.py:195: Attention(num_heads, attention_head_dim), no num_kv_heads
+        lkv = lq
     if mt == "minicpm3":
         # vllm models/minicpm3.py: Attention(num_heads, qk_head_dim, num_kv_heads=num_heads)
         dqk = dvo = int(tc.qk_nope_head_dim) + int(tc.qk_rope_head_dim)
@@ -223,7 +241,7 @@ def _layer_shape(m, pc, tp: int, i: int, k: str, q: int, kv: int, hd: int):
 
 
 def main(argv=None) -> int:
-    from guard_core.deployment.groups import reader_main
+    from guard_core.deployment.server_reader import reader_main
 
     return reader_main(read, "vLLM", "python -m vllm_guard.model_reader", argv)
 

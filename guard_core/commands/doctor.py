@@ -23,19 +23,22 @@ def _doctor_model(path: str, tp: int, w) -> None:
     import importlib.util
     import os
 
-    from guard_core.deployment.groups import GroupsError, read_with_server
+    from guard_core.deployment.groups import GroupsError
+    from guard_core.deployment.server_reader import read_with_server
 
     cfg_path = os.path.join(path, "config.json") if os.path.isdir(path) else path
     try:
         facts = load_model(path)
         mine = facts.model_groups().per_rank(tp)
     except (ModelError, GroupsError) as exc:
-        w(f"model      {show(path)}: {exc}\n")
-        return
-    key = sorted(g.key for g in mine)
-    w(f"model      {show(cfg_path)} at tp {tp}, built-in reader: "
-      + "; ".join(f"{g.count} x {g.kind} {g.num_qo_heads}/{g.num_kv_heads}/{g.head_dim_qk}/{g.head_dim_vo}"
-                  for g in mine) + "\n")
+        # the built-in reader cannot read it: the server readers below may (issue 26)
+        w(f"model      {show(path)}, built-in reader: {exc}\n")
+        mine = None
+    key = sorted(g.key for g in mine) if mine is not None else None
+    if mine is not None:
+        w(f"model      {show(cfg_path)} at tp {tp}, built-in reader: "
+          + "; ".join(f"{g.count} x {g.kind} {g.num_qo_heads}/{g.num_kv_heads}/{g.head_dim_qk}/{g.head_dim_vo}"
+                      for g in mine) + "\n")
     for fw in ("vllm", "sglang"):
         if importlib.util.find_spec(fw) is None:
             continue
@@ -44,22 +47,39 @@ def _doctor_model(path: str, tp: int, w) -> None:
             w(f"model      {srv['label']}: {srv.get('refusal')}\n")
             continue
         same = sorted(g.key for g in srv["groups"]) == key
+        rel = ("the built-in reader cannot read it" if key is None
+               else "agrees with the built-in reader" if same else "DIFFERS from the built-in reader")
         w(f"model      {srv['label']}: "
           + "; ".join(f"{g.count} x {g.kind} {g.num_qo_heads}/{g.num_kv_heads}/{g.head_dim_qk}/{g.head_dim_vo}"
                       for g in srv["groups"])
-          + f" ({'agrees with' if same else 'DIFFERS from'} the built-in reader; plan uses the server's)\n")
+          + f" ({rel}; plan uses the server's)\n")
 
 
 def doctor_model_usable(path: str, tp: int) -> None:
     """``doctor --model``: a model it cannot read (no such file, not a config, heads that do not
     split at ``--tp``, an empty name) is refused in one line, exit 2, like ``plan --model``;
     never a report that carries the error in one of its lines with exit 0 (issue 29)."""
+    import importlib.util
+    import os
+
     from guard_core.deployment.groups import GroupsError
 
     try:
         load_model(path).model_groups().per_rank(tp)
     except (ModelError, GroupsError) as exc:
-        raise UsageError(f"doctor --model: {exc}") from None
+        # a reader after the built-in one (the installed server's config code, transformers')
+        # may read it: only when none can is doctor refused (issue 26)
+        cfg_path = os.path.join(path, "config.json") if isinstance(path, str) and os.path.isdir(path) else path
+        fw = next((f for f in ("vllm", "sglang") if importlib.util.find_spec(f) is not None), None)
+        if (fw is None or isinstance(exc, GroupsError) or not isinstance(cfg_path, str)
+                or not os.path.isfile(cfg_path)):  # GroupsError: read, but its heads do not split at --tp
+            raise UsageError(f"doctor --model: {exc}") from None
+        from guard_core.deployment.model_readers import facts_by_chain
+
+        try:
+            facts_by_chain(cfg_path, fw, "auto", first_error=exc)
+        except ModelError as exc2:
+            raise UsageError(f"doctor --model: {exc2}") from None
 
 
 def run_doctor(out=sys.stdout, model: str | None = None, tp: int = 1) -> int:

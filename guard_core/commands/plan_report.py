@@ -78,18 +78,37 @@ def _max_len_of(path: str) -> int | None:
     return None
 
 
-def resolve_model(name: str, environ=None) -> tuple[ModelFacts, str, int | None, str | None]:
+def _read_by_chain(spec: str, path: str, framework: str, mode: str, environ) -> tuple[ModelFacts, str]:
+    """The model's facts from the first reader that can read it (guard_core.deployment.model_readers):
+    the built-in reader is tried first only because it is cheap; where it cannot read, the
+    installed server's own config code and then transformers' config classes are asked, and
+    only when every one refuses does the run end, in one line (issue 26)."""
+    try:
+        return load_model(spec), ""
+    except ModelError as exc:
+        if mode == "builtin" or not os.path.isfile(path):
+            raise
+        from guard_core.deployment.model_readers import facts_by_chain
+
+        facts, reader, _ = facts_by_chain(path, framework, mode, environ, first_error=exc)
+        label = {"server": f"{framework}'s own config code", "transformers": "transformers' config classes"}
+        return facts, f" (read by {label.get(reader, reader)}; the built-in reader could not: {exc})"
+
+
+def resolve_model(name: str, environ=None, framework: str = "vllm",
+                  mode: str = "auto") -> tuple[ModelFacts, str, int | None, str | None]:
     """(facts, where they came from, the model's max length or None, the config.json path or None)."""
     if os.path.isdir(name) or name.endswith(".json") or os.path.exists(name):
         path = os.path.join(name, "config.json") if os.path.isdir(name) else name
-        facts = load_model(name)
-        return facts, f"config.json at {path}", _max_len_of(path) or _groups_max_len(facts), path
+        facts, how = _read_by_chain(name, path, framework, mode, environ)
+        return facts, f"config.json at {path}{how}", _max_len_of(path) or _groups_max_len(facts), path
     looked: list[str] = []
     if looks_like_model_id(name):
         path, looked = find_config(name, environ=environ)
         if path:
-            facts = load_model(path)
-            return facts, f"local Hugging Face cache: {path}", _max_len_of(path) or _groups_max_len(facts), path
+            facts, how = _read_by_chain(path, path, framework, mode, environ)
+            return (facts, f"local Hugging Face cache: {path}{how}", _max_len_of(path) or _groups_max_len(facts),
+                    path)
     preset = find_preset(name)
     if preset is not None:
         how = "embedded preset" if preset.name == name else f"embedded preset {preset.name}"
@@ -491,7 +510,8 @@ def _plan_model(a, L, environ, notes: list):
     if name is None:
         name = DEFAULT_MODEL
     try:
-        facts, model_source, model_max_len, model_path = resolve_model(name, environ)
+        facts, model_source, model_max_len, model_path = resolve_model(
+            name, environ, a.framework or (L.framework if L else "vllm"), getattr(a, "model_reader", None) or "auto")
     except ModelError as exc:
         raise PlanUsageError(str(exc)) from None
     if model_source_default:
@@ -620,14 +640,14 @@ def _rank_groups(a, fw, mg, model_path, tp_v: int, environ):
             same = sorted(g.key for g in srv_groups) == sorted(g.key for g in rank_groups)
             if not same:
                 reader["notes"].append(
-                    f"the built-in reader read {_groups_text(rank_groups)}; {srv['label']} reads "
+                    f"{mg.source} read {_groups_text(rank_groups)}; {srv['label']} reads "
                     f"{_groups_text(srv_groups)}: sized as {srv['label']} reads it")
             rank_groups = srv_groups
             reader["name"] = srv["label"]
             reader["agrees"] = same
         else:
             reader["notes"].append(f"{srv.get('label', fw)} could not read the model ({srv.get('refusal')}); "
-                                   "the built-in reader's groups are used")
+                                   f"the groups read by {mg.source} are used")
     if not rank_groups:
         return rank_groups, reader, "no attention layer runs through the guarded planners"
     if a.v_head_dim:
@@ -878,7 +898,7 @@ def _server_reading(a, fw: str, model_path, tp: int, environ=None):
         if mode == "server":
             raise PlanUsageError(f"--model-reader server: {fw} is not installed in this environment")
         return None
-    from guard_core.deployment.groups import read_with_server
+    from guard_core.deployment.server_reader import read_with_server
 
     return read_with_server(fw, model_path, tp, environ=environ)
 

@@ -201,7 +201,9 @@ def _check_int(name: str, field: str, value) -> int:
 
 
 def facts_from_config(cfg: dict, name: str = "config.json") -> ModelFacts:
-    """Attention facts from a Hugging Face config dict (VL ``text_config``, hybrids).
+    """Attention facts from a Hugging Face config dict (VL ``text_config``, ``thinker_config``,
+    hybrids), what it leaves out taken from transformers' declared defaults for its model type
+    (guard_core.deployment.config_reader.fill_defaults; guard_core/deployment/model_defaults.json).
 
     Every field used is validated: integers must be JSON integers (no booleans,
     fractions, strings or non-finite numbers) within the bounds above; anything
@@ -215,78 +217,73 @@ def facts_from_config(cfg: dict, name: str = "config.json") -> ModelFacts:
         archs = ["?"]
     if (not isinstance(archs, list) or not all(isinstance(a, str) and 0 < len(a) <= 200 for a in archs)):
         raise ModelError(f"{shown}: architectures must be a list of names, got {_show_json(archs)}")
-    text = cfg
-    for sub in ("text_config", "llm_config", "language_config"):
+    for sub in ("text_config", "llm_config", "language_config", "thinker_config"):
         v = cfg.get(sub)
-        if v is None:
-            continue
-        if not isinstance(v, dict):
+        if v is not None and not isinstance(v, dict):
             raise ModelError(f"{shown}: {sub} must be an object, got {_show_json(v)}")
-        if v and text is cfg:
-            text = v
-    from guard_core.deployment.groups import _TEXT_DEFAULTS
+    from guard_core.deployment.groups import GroupsError
+    from guard_core.deployment.config_reader import fill_defaults, text_scope
 
-    # a nested text config that leaves fields out gets its model type's defaults
-    # (llava-1.5: transformers builds a LlamaConfig from it; see guard_core.deployment.groups)
-    defaults = _TEXT_DEFAULTS.get(text.get("model_type")) if text is not cfg else None
+    filled = fill_defaults(cfg)
+    try:
+        text, _ = text_scope(filled, name)
+    except GroupsError as exc:
+        raise ModelError(str(exc)) from None
 
     def raw(key):
         v = text.get(key)
-        if v is None and defaults:
-            v = defaults.get(key)
-        return cfg.get(key) if v is None else v
+        return filled.get(key) if v is None else v
 
     def get(key, default=None):
         v = raw(key)
         return default if v is None else _check_int(name, key, v)
 
-    if raw("num_attention_heads") is None:
-        raise ModelError(f"{shown}: no num_attention_heads (looked in text_config too); "
+    heads_key = next((k for k in ("num_attention_heads", "n_head", "num_heads") if raw(k) is not None), None)
+    if heads_key is None:
+        raise ModelError(f"{shown}: no num_attention_heads or n_head (looked in text_config/llm_config/"
+                         "language_config/thinker_config and transformers' defaults for its model_type); "
                          "pass --qo-heads/--kv-heads/--head-dim instead")
-    heads = get("num_attention_heads")
+    heads = _check_int(name, "num_attention_heads", raw(heads_key))
     kv = get("num_key_value_heads", heads)
     layers = get("num_hidden_layers", 0)
-    # MiniCPM3 has kv_lora_rank but vLLM and SGLang run it with ordinary attention (guard_core.deployment.groups)
-    if get("kv_lora_rank") is not None and raw("model_type") != "minicpm3":
-        qk = get("qk_nope_head_dim", 128) + get("qk_rope_head_dim", 64)
-        return _with_groups(cfg, name, ModelFacts(
-            name, name, archs[0], heads, heads, qk, get("v_head_dim", 128), layers, layers, "mla",
-            "MLA: FlashInfer's MLA planner and its own buffer"))
-    head_dim = get("head_dim")
-    if head_dim is None:
-        hidden = get("hidden_size")
+    if raw("kv_lora_rank") is not None:
+        get("kv_lora_rank")
+    for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+        if raw(key) not in (None, 0):  # 0: a DeepSeek-V2 layout without MLA (vLLM get_head_size)
+            get(key)
+    head_dim = raw("head_dim")
+    head_dim = None if head_dim == 0 else head_dim
+    head_dim = _check_int(name, "head_dim", head_dim) if head_dim is not None else None
+    hidden = raw("hidden_size") if raw("hidden_size") is not None else raw("n_embd")
+    if hidden is not None:
+        hidden = _check_int(name, "hidden_size", hidden)
+    if head_dim is None and not any(raw(k) is not None for k in ("hidden_size_per_head", "kv_channels",
+                                                                 "attention_head_dim", "kv_lora_rank")):
         if hidden is None:
             raise ModelError(f"{shown}: neither head_dim nor hidden_size given")
         head_dim = hidden // heads
         if not 1 <= head_dim <= MAX_HEAD_DIM:
             raise ModelError(f"{shown}: hidden_size {hidden} / num_attention_heads {heads} gives head_dim "
                              f"{head_dim}, outside 1 to {MAX_HEAD_DIM}; give head_dim")
-    kind, attn_layers = "gqa", layers
     layer_types = raw("layer_types")
-    interval = raw("full_attention_interval")
     if layer_types is not None and layer_types != []:
         if (not isinstance(layer_types, list) or len(layer_types) > _INT_FIELDS["num_hidden_layers"]
                 or not all(isinstance(t, str) for t in layer_types)):
             raise ModelError(f"{shown}: layer_types must be a list of layer kinds (strings), "
                              f"got {_show_json(layer_types)}")
-        full = sum(1 for t in layer_types if t in ("full_attention", "attention", "sliding_attention"))
-        if full < len(layer_types):
-            kind, attn_layers = "hybrid", full
-    elif interval is not None:
-        interval = get("full_attention_interval")
-        kind, attn_layers = "hybrid", layers // interval
-    if heads % kv:
-        raise ModelError(f"{shown}: {heads} query heads are not a multiple of {kv} KV heads")
-    return _with_groups(cfg, name, ModelFacts(name, name, archs[0], heads, kv, head_dim, None, layers, attn_layers,
-                                              kind))
+    if raw("full_attention_interval") is not None:
+        get("full_attention_interval")
+    return _with_groups(cfg, name, ModelFacts(name, name, archs[0], heads, kv, head_dim or 0, None, layers, layers,
+                                              "gqa"))
 
 
 def _with_groups(cfg: dict, name: str, facts: ModelFacts) -> ModelFacts:
-    """The facts with every attention layer group (guard_core.deployment.groups.read_config),
+    """The facts with every attention layer group (guard_core.deployment.config_reader.read_config),
     the headline numbers taken from the group with the largest need per token."""
     from dataclasses import replace as _replace
 
-    from guard_core.deployment.groups import GroupsError, read_config as read_groups
+    from guard_core.deployment.groups import GroupsError
+    from guard_core.deployment.config_reader import read_config as read_groups
 
     try:
         mg = read_groups(cfg, name)
@@ -295,8 +292,14 @@ def _with_groups(cfg: dict, name: str, facts: ModelFacts) -> ModelFacts:
     except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
         raise ModelError(f"{show_path(name)}: cannot read the attention layers ({type(exc).__name__})") from None
     planned = mg.planned()
-    if not planned:  # MLA: the facts above already say so
-        return _replace(facts, groups=mg, kind="mla" if mg.uses_mla else facts.kind)
+    if not planned:
+        if mg.uses_mla:
+            g = mg.groups[0]
+            return _replace(facts, groups=mg, kind="mla", num_key_value_heads=g.num_qo_heads,
+                            head_dim=g.head_dim_qk, v_head_dim=g.head_dim_vo, num_layers=mg.num_layers,
+                            attention_layers=mg.attention_layers,
+                            note="MLA: FlashInfer's MLA planner and its own buffer")
+        return _replace(facts, groups=mg, kind="hybrid", attention_layers=0, num_layers=mg.num_layers)
     top = max(planned, key=lambda g: (g.num_qo_heads * (g.head_dim_vo + 1), g.head_dim_qk))
     kind = "hybrid" if mg.other_layers else "gqa"
     return _replace(facts, num_attention_heads=top.num_qo_heads, num_key_value_heads=top.num_kv_heads,

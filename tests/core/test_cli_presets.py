@@ -89,7 +89,7 @@ def test_config_json_vl_and_hybrid(tmp_path):
     assert f.kind == "hybrid" and f.attention_layers == 2
     nohd = {"architectures": ["LlamaForCausalLM"], "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096}
     assert facts_from_config(nohd).head_dim == 128
-    mla = {"architectures": ["DeepseekV3ForCausalLM"], "num_attention_heads": 128, "kv_lora_rank": 512,
+    mla = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "num_attention_heads": 128, "kv_lora_rank": 512,
            "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}
     assert facts_from_config(mla).uses_mla
     p = tmp_path / "m"

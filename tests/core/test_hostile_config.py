@@ -36,6 +36,14 @@ def _write(tmp_path, text, name="config.json"):
     return str(p)
 
 
+def test_head_dim_zero_is_derived_as_vllm_derives_it():
+    """head_dim 0 is not refused: vLLM 0.33 reads a head_dim of 0 as unset and takes
+    hidden_size // heads (transformers_utils/model_arch_config_convertor.py get_head_size:
+    "Some config classes ... materialize a missing head_dim as 0"); 4096 // 32 = 128."""
+    f = facts_from_config(dict(BASE, head_dim=0))
+    assert f.head_dim == 128
+
+
 @pytest.mark.parametrize("patch,field,value_shown", [
     ({"head_dim": None, "hidden_size": "4096"}, "hidden_size", '"4096"'),
     ({"head_dim": [128]}, "head_dim", "[128]"),
@@ -56,7 +64,7 @@ def _write(tmp_path, text, name="config.json"):
     ({"num_attention_heads": 10**12}, "num_attention_heads", "1000000000000"),
     ({"num_attention_heads": -32}, "num_attention_heads", "-32"),
     ({"num_key_value_heads": 0}, "num_key_value_heads", "0"),
-    ({"head_dim": 0}, "head_dim", "0"),
+    ({"head_dim": -1}, "head_dim", "-1"),
     ({"head_dim": {"a": 1}}, "head_dim", '{"a": 1}'),
     ({"num_hidden_layers": 10**9}, "num_hidden_layers", "1000000000"),
     ({"architectures": 5}, "architectures", "5"),

@@ -41,7 +41,8 @@ def keys(groups):
 
 
 def test_corpus_read_as_sglang_reads_it(tmp_path, record_property):
-    from guard_core.deployment.groups import GroupsError, rank_groups_from
+    from guard_core.deployment.groups import GroupsError
+    from guard_core.deployment.server_reader import rank_groups_from
     from guard_core.deployment.presets import ModelError, load_model
 
     res = readings(str(tmp_path))

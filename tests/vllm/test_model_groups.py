@@ -40,7 +40,7 @@ def builtin(name: str, tp: int):
 
 
 def compare(readings):
-    from guard_core.deployment.groups import rank_groups_from
+    from guard_core.deployment.server_reader import rank_groups_from
 
     agree, refused, differ = [], [], []
     for name in corpus():
@@ -81,7 +81,7 @@ def test_corpus_read_as_vllm_reads_it(vllm_readings, record_property):
                                   "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "Llama-4-Scout-17B-16E-Instruct",
                                   "gpt-oss-20b", "Qwen3.5-397B-A17B"])
 def test_named_models_read_as_vllm_reads_them(vllm_readings, name):
-    from guard_core.deployment.groups import rank_groups_from
+    from guard_core.deployment.server_reader import rank_groups_from
 
     r = vllm_readings[name]
     if not r.get("ok"):

@@ -1,0 +1,336 @@
+"""The built-in reader of a published ``config.json``: the model as attention layer groups, each rule citing
+the vLLM/transformers code it follows; what a config leaves out comes from ``model_defaults.json``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from guard_core.deployment.groups import AttentionGroup, GroupsError, KINDS, ModelGroups, merge
+from guard_core.deployment.model_kinds import _layer_kinds
+
+__all__ = ["MLA_MODEL_TYPES", "fill_defaults", "model_defaults", "read_config", "text_scope"]
+
+# ---------------------------------------------------------------------------
+# the built-in config reader
+
+
+# vLLM 0.33 ModelArchConfigConvertorBase.is_deepseek_mla
+# (transformers_utils/model_arch_config_convertor.py:294-341): these text model types run MLA
+# when kv_lora_rank is set (DeepSeek-V4 style configs with compress ratios: when head_dim is
+# set); ModelConfig.use_mla (config/model.py:2068-2081) turns it off for is_causal false
+# (bidirectional embedding checkpoints). Any other kv_lora_rank model (MiniCPM3 ...) runs
+# ordinary attention: its head size is ModelConfig.get_head_size's.
+MLA_MODEL_TYPES = ("axk1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_v4", "deepseek_v41",
+                   "dots3_note", "deepseek_mtp", "k3_dspark", "glm5_next", "glm5_next_text", "glm_moe_dsa",
+                   "glm4_moe_lite", "glm4_moe_lite_mtp", "kimi_k2", "kimi_linear", "longcat_flash",
+                   "pangu_ultra_moe", "pangu_ultra_moe_mtp", "bailing_hybrid", "bailing_hybrid_mtp",
+                   "bailing_hybrid_v3_mtp", "hy_v4", "hy_v4_mtp")
+
+# transformers' declared config defaults per model_type (ci/dump_model_defaults.py, checked
+# against the installed transformers by tests/vllm/test_model_defaults.py)
+MODEL_DEFAULTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model_defaults.json")
+_LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
+_defaults_cache: dict = {}
+
+
+def model_defaults() -> dict:
+    """{model_type: declared defaults} from the committed table (empty when it cannot be read)."""
+    if "models" not in _defaults_cache:
+        import json
+
+        try:
+            with open(MODEL_DEFAULTS_FILE, encoding="utf-8") as fh:
+                t = json.load(fh)
+            _defaults_cache["models"] = t.get("models", {}) if isinstance(t, dict) else {}
+            _defaults_cache["transformers"] = t.get("transformers") if isinstance(t, dict) else None
+        except (OSError, ValueError):
+            _defaults_cache["models"] = {}
+    return _defaults_cache["models"]
+
+
+def fill_defaults(cfg: dict, inherited: dict | None = None, depth: int = 0) -> dict:
+    """``cfg`` with what it leaves out taken from transformers' declared defaults for its
+    ``model_type`` (a sub-config with no model type of its own takes its parent class's
+    declared sub-config defaults), as transformers' config class fills them when vLLM loads
+    the config. Only absent keys are filled (an explicit null stays null, as transformers
+    keeps it); a list default (a per-layer pattern) only where the config sets no layer count
+    of its own (transformers derives it from the count otherwise; the reader's rules do)."""
+    if not isinstance(cfg, dict) or depth > 4:
+        return cfg
+    mt = cfg.get("model_type")
+    own = model_defaults().get(mt) if isinstance(mt, str) else None
+    d = own if own is not None else (inherited or {})
+    out = dict(cfg)
+    sets_layers = any(k in cfg for k in _LAYER_COUNT_KEYS)
+    for k, v in d.items():
+        if isinstance(v, dict):
+            if k not in cfg:
+                out[k] = fill_defaults({}, v, depth + 1)
+            elif isinstance(cfg[k], dict):
+                out[k] = fill_defaults(cfg[k], v, depth + 1)
+            continue
+        if k in cfg or (isinstance(v, list) and sets_layers):
+            continue
+        out[k] = v
+    for k, v in cfg.items():  # a sub-config naming its own model type (llava's text_config: "llama")
+        if isinstance(v, dict) and not isinstance(d.get(k), dict) and isinstance(v.get("model_type"), str):
+            out[k] = fill_defaults(v, None, depth + 1)
+    return out
+
+
+
+def _int(v, what: str, name: str, lo: int = 1, hi: int = 1 << 20):
+    if type(v) is int and lo <= v <= hi:
+        return v
+    raise GroupsError(f"{name}: {what} must be an integer from {lo} to {hi}, got {v!r}"[:300])
+
+
+def text_scope(cfg: dict, name: str = "config.json") -> tuple[dict, dict | None]:
+    """(the text model's config, the defaults of its model type or None)."""
+    for sub in ("text_config", "llm_config", "language_config", "thinker_config"):
+        v = cfg.get(sub)
+        if v is None:
+            continue
+        if not isinstance(v, dict):
+            raise GroupsError(f"{name}: {sub} must be an object")
+        if sub == "thinker_config" and isinstance(v.get("text_config"), dict):
+            v = v["text_config"]
+        if v:
+            return v, None
+    return cfg, None
+
+
+def _raw_reader(cfg: dict, text: dict, defaults: dict | None):
+    """``raw(*keys)``: the first key set in the text scope, then its defaults, then the top level."""
+    def raw(*keys):
+        for k in keys:
+            if text.get(k) is not None:
+                return text[k]
+        if defaults:
+            for k in keys:
+                if defaults.get(k) is not None:
+                    return defaults[k]
+        if text is not cfg:
+            for k in keys:
+                if cfg.get(k) is not None:
+                    return cfg[k]
+        return None
+
+    return raw
+
+
+def read_config(cfg: dict, name: str = "config.json") -> ModelGroups:
+    """The attention groups of a published config.json, as the servers read it.
+
+    What the config leaves out is taken from transformers' declared defaults for its model
+    type first (``fill_defaults``), as vLLM's config loading does."""
+    if not isinstance(cfg, dict):
+        raise GroupsError(f"{name}: not a JSON object")
+    cfg = fill_defaults(cfg)
+    text, defaults = text_scope(cfg, name)
+    archs = cfg.get("architectures") or text.get("architectures") or ["?"]
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else "?"
+    raw = _raw_reader(cfg, text, defaults)
+
+    model_type = text.get("model_type") or cfg.get("model_type") or ""
+    # heads: num_attention_heads, or the GPT-2/Falcon/BLOOM spelling n_head that transformers'
+    # attribute_map reads as num_attention_heads (e.g. GPT2Config, FalconConfig, BloomConfig)
+    heads_raw = raw("num_attention_heads", "n_head", "num_heads")
+    if heads_raw is None:
+        raise GroupsError(f"{name}: no num_attention_heads or n_head (looked in text_config/llm_config/"
+                          "language_config/thinker_config and transformers' defaults for its model_type); "
+                          "pass --qo-heads/--kv-heads/--head-dim instead")
+    heads = _int(heads_raw, "num_attention_heads", name, hi=4096)
+    # layers: num_hidden_layers; n_layer (GPT-2 attribute_map); ChatGLM's num_layers (vLLM's
+    # ChatGLMConfig maps it, vllm transformers_utils/configs/chatglm.py attribute_map)
+    layers = raw("num_hidden_layers", "n_layer", "num_layers")
+    layers = _int(layers, "num_hidden_layers", name, hi=1 << 16) if layers is not None else 0
+    max_len = raw("max_position_embeddings", "n_positions", "seq_length")
+    max_len = max_len if type(max_len) is int and 0 < max_len <= (1 << 27) else None
+
+    kv = _kv_heads(raw, model_type, heads, name)
+    if _is_mla(raw, model_type):
+        return _mla_groups(raw, name, arch, heads, layers, max_len)
+    if raw("kv_lora_rank") is not None and model_type == "minicpm3":
+        return _minicpm3_groups(raw, name, arch, heads, layers, max_len)
+
+    hd, vdim = _head_dims(raw, name, heads, model_type)
+    if model_type == "zamba2":
+        # vllm 0.33 models/zamba2.py Zamba2Attention:195: Attention(num_heads, attention_head_dim)
+        # with no num_kv_heads, so as many KV heads as query heads
+        kv = heads
+    if heads % kv:
+        raise GroupsError(f"{name}: {heads} query heads are not a multiple of {kv} KV heads")
+    window = raw("sliding_window")
+    window = window if type(window) is int and window > 0 else None
+    sinks = model_type == "gpt_oss"  # every gpt-oss layer has per-head sinks (vllm models/gpt_oss.py)
+
+    blocks = raw("block_configs")
+    if isinstance(blocks, list) and blocks:
+        return _block_config_groups(blocks, name, arch, heads, hd, vdim, max_len)
+
+    kinds = _layer_kinds(text, cfg, raw, model_type, layers, window, name)
+    per_layer_q = _per_layer_heads(raw, len(kinds), name)
+    groups: list[AttentionGroup] = []
+    other: dict[str, int] = {}
+    for i, k in enumerate(kinds):
+        if k not in KINDS:
+            other[k] = other.get(k, 0) + 1
+            continue
+        q = per_layer_q[i] if per_layer_q else heads
+        groups.append(_layer_group(k, raw, name, model_type, q, kv, hd, vdim, window, sinks))
+    return ModelGroups(name, arch, merge(groups), len(kinds) or layers, tuple(other.items()), max_len,
+                       "built-in reader", ())
+
+
+def _kv_heads(raw, model_type: str, heads: int, name: str) -> int:
+    """KV heads as vLLM 0.33 reads them: Falcon's multi-query flag first (one KV head unless
+    new_decoder_architecture; ``FalconModelArchConfigConvertor.get_total_num_kv_heads``,
+    transformers_utils/model_arch_config_convertor.py:503-520), else the first of
+    CONFIG_FIELD_ALIASES["total_num_kv_heads"] set (n_head_kv, num_kv_heads,
+    num_key_value_heads, multi_query_group_num, num_attention_groups;
+    transformers_utils/config.py:56-63), else the query heads."""
+    if model_type in ("falcon", "RefinedWeb", "RefinedWebModel") and not raw("new_decoder_architecture") \
+            and raw("multi_query"):
+        return 1
+    kv_raw = raw("n_head_kv", "num_kv_heads", "num_key_value_heads")
+    if kv_raw is None and raw("multi_query_attention") is not False:
+        kv_raw = raw("multi_query_group_num")
+    if kv_raw is None:
+        kv_raw = raw("num_attention_groups")
+    return _int(kv_raw, "num_key_value_heads", name, hi=4096) if kv_raw is not None else heads
+
+
+def _is_mla(raw, model_type: str) -> bool:
+    """vLLM 0.33 ``ModelConfig.use_mla`` (config/model.py:2068-2081) through
+    ``is_deepseek_mla`` (transformers_utils/model_arch_config_convertor.py:294-341): one of
+    MLA_MODEL_TYPES, causal, and kv_lora_rank set (DeepSeek-V4 configs, which carry
+    compress ratios: head_dim set; vllm transformers_utils/deepseek_v4_utils.py
+    get_compress_ratios reads compress_ratios or compress_rates, and transformers'
+    DeepseekV4Config always fills compress_rates from default_compress_rates,
+    configuration_deepseek_v4.py:144-145)."""
+    if model_type not in MLA_MODEL_TYPES or raw("is_causal") is False:
+        return False
+    if model_type == "deepseek_v4" or raw("compress_ratios") is not None or raw("compress_rates") is not None:
+        return raw("head_dim") is not None
+    return raw("kv_lora_rank") is not None
+
+
+def _mla_groups(raw, name: str, arch: str, heads: int, layers: int, max_len: int | None) -> ModelGroups:
+    """MLA: FlashInfer's MLA planner and its own buffer (nothing planned in the guarded one)."""
+    dqk = _pos(raw("qk_nope_head_dim"), 128) + _pos(raw("qk_rope_head_dim"), 64)
+    g = AttentionGroup("mla", heads, heads, dqk, _pos(raw("v_head_dim"), 128), max(layers, 1))
+    return ModelGroups(name, arch, (g,), layers, (), max_len, "built-in reader",
+                       ("MLA: FlashInfer's MLA planner and its own buffer",))
+
+
+def _pos(v, default: int) -> int:
+    return v if type(v) is int and 0 < v <= 1 << 16 else default
+
+
+def _minicpm3_groups(raw, name: str, arch: str, heads: int, layers: int, max_len: int | None) -> ModelGroups:
+    """MiniCPM3 has kv_lora_rank but runs ordinary attention (vllm models/minicpm3.py:
+    Attention(num_heads, qk_head_dim, num_kv_heads=num_heads), the value padded to qk_head_dim)."""
+    dqk = _int(raw("qk_nope_head_dim"), "qk_nope_head_dim", name) + _int(raw("qk_rope_head_dim"),
+                                                                           "qk_rope_head_dim", name)
+    g = AttentionGroup("full", heads, heads, dqk, dqk, max(layers, 1))
+    return ModelGroups(name, arch, (g,), layers, (), max_len, "built-in reader",
+                       ("MiniCPM3: ordinary attention with qk_nope + qk_rope head dim, the value padded to it "
+                        "(vLLM minicpm3.py)",))
+
+
+def _per_layer_heads(raw, n: int, name: str) -> list[int] | None:
+    """Per-layer query heads (Laguna: num_attention_heads_per_layer; vllm 0.33
+    models/laguna.py:490-496 reads ``per_layer_heads[layer_idx]``), or None."""
+    v = raw("num_attention_heads_per_layer")
+    if v is None:
+        return None
+    if not isinstance(v, list) or len(v) < n:
+        raise GroupsError(f"{name}: num_attention_heads_per_layer must list one head count per layer ({n})")
+    return [_int(x, "num_attention_heads_per_layer", name, hi=4096) for x in v[:n]]
+
+
+def _head_dims(raw, name: str, heads: int, model_type: str = "") -> tuple[int, int]:
+    """(qk head dim, value head dim) as vLLM 0.33 ``get_head_size`` reads it
+    (transformers_utils/model_arch_config_convertor.py:91-117): head_dim when set and above 0
+    (a DeepSeek-V2 layout without MLA writes 0), PLaMo's hidden_size_per_head, Zamba2's
+    attention_head_dim (Zamba2ModelArchConfigConvertor; transformers computes it as
+    2 * hidden_size // heads, configuration_zamba2.py:115), ChatGLM's kv_channels and
+    Nemotron-H's attention_head_dim, else hidden_size (n_embd, d_model) // heads."""
+    if model_type == "zamba2":
+        hd = raw("attention_head_dim")
+        if hd is None:
+            hidden = _int(raw("hidden_size"), "hidden_size", name)
+            hd = 2 * hidden // heads
+    else:
+        hd = raw("head_dim")
+        if hd == 0:
+            hd = None
+        if hd is None:
+            hd = raw("hidden_size_per_head", "kv_channels", "attention_head_dim")
+    if hd is None:
+        hidden = raw("hidden_size", "n_embd", "d_model")
+        if hidden is None:
+            raise GroupsError(f"{name}: neither head_dim nor hidden_size (n_embd) given")
+        hd = _int(hidden, "hidden_size", name) // heads
+    hd = _int(hd, "head_dim", name, hi=2048)
+    vdim = raw("v_head_dim")
+    vdim = _int(vdim, "v_head_dim", name, hi=2048) if vdim not in (None, 0) else hd
+    return hd, vdim
+
+
+def _block_config_groups(blocks: list, name: str, arch: str, heads: int, hd: int, vdim: int,
+                         max_len: int | None) -> ModelGroups:
+    """Nemotron-NAS (Llama-3.3-Nemotron-Super-49B): per-layer block_configs;
+    attention.no_op layers have no attention, the others n_heads_in_group query
+    heads per KV head (vllm 0.33 models/nemotron_nas.py DeciLMDecoderLayer:134,148
+    looks at no_op only; model_arch_config_convertor.py NemotronNasModelArchConfigConvertor)."""
+    groups: list[AttentionGroup] = []
+    other: dict[str, int] = {}
+    for b in blocks:
+        a = b.get("attention", {}) if isinstance(b, dict) else {}
+        if a.get("no_op"):
+            other["no attention (block no_op)"] = other.get("no attention (block no_op)", 0) + 1
+            continue
+        n = _int(a.get("n_heads_in_group"), "block_configs attention.n_heads_in_group", name, hi=4096)
+        groups.append(AttentionGroup("full", heads, heads // n, hd, vdim, 1))
+    return ModelGroups(name, arch, merge(groups), len(blocks), tuple(other.items()), max_len,
+                       "built-in reader", ())
+
+
+def _layer_group(k: str, raw, name: str, model_type: str, heads: int, kv: int, hd: int, vdim: int,
+                 window: int | None, sinks: bool) -> AttentionGroup:
+    """One attention layer of kind ``k``, with the per-kind overrides some models carry."""
+    q, kvh, dqk, dvo, win, snk = heads, kv, hd, vdim, None, sinks
+    if k == "sliding":
+        win = window
+    if model_type in ("gemma4", "gemma4_text") and k == "full":
+        # Gemma 4 full-attention layers: global_head_dim; num_global_key_value_heads when
+        # attention_k_eq_v (vllm models/gemma4.py Gemma4DecoderLayer.__init__)
+        dqk = dvo = _int(raw("global_head_dim") or hd, "global_head_dim", name, hi=2048)
+        gkv = raw("num_global_key_value_heads") if raw("attention_k_eq_v") else None
+        kvh = _int(gkv, "num_global_key_value_heads", name, hi=4096) if gkv is not None else kv
+    if model_type == "mimo_v2_flash" and k == "sliding":
+        # MiMo-V2-Flash's SWA layers: their own heads and head dims, sink bias
+        # (vllm models/mimo_v2_flash.py: swa_num_attention_heads, swa_num_key_value_heads,
+        # swa_head_dim, swa_v_head_dim, add_swa_attention_sink_bias)
+        # validated as the main fields are (integers in range: a fractional head count or a
+        # 10**9 head dim is refused, never truncated or sized; issue 29)
+        q = _int(raw("swa_num_attention_heads") or heads, "swa_num_attention_heads", name, hi=4096)
+        kvh = _int(raw("swa_num_key_value_heads") or kv, "swa_num_key_value_heads", name, hi=4096)
+        dqk = _int(raw("swa_head_dim") or hd, "swa_head_dim", name, hi=2048)
+        dvo = _int(raw("swa_v_head_dim") or vdim, "swa_v_head_dim", name, hi=2048)
+        win = raw("sliding_window_size", "sliding_window") or window
+        win = _int(win, "sliding_window_size", name, hi=1 << 27) if win is not None else None
+        snk = bool(raw("add_swa_attention_sink_bias"))
+        if q % kvh:
+            raise GroupsError(f"{name}: {q} SWA query heads are not a multiple of {kvh} SWA KV heads")
+    if model_type == "mimo_v2_flash" and k == "full":
+        snk = bool(raw("add_full_attention_sink_bias"))
+    if k == "chunked":
+        win = raw("attention_chunk_size")
+        win = _int(win, "attention_chunk_size", name, hi=1 << 27) if win is not None else None
+    return AttentionGroup(k, q, kvh, dqk, dvo, 1, win, snk)
+
+
