@@ -28,6 +28,8 @@ Stand-ins, named (nothing else is faked):
   (which needs CUDA), its fields set as ``init_device`` sets them
   (``init_snapshot`` measured on the ledger, ``requested_memory`` from vLLM's own
   ``request_memory``);
+- **no network**: ``vllm.utils.flashinfer.has_nvidia_artifactory`` answers False (an
+  offline host without ``flashinfer-cubin``: its real probe waits on DNS here);
 - **GPU properties** (SM count, compute capability) through flashinfer-guard's seam
   ``guard_core.gpus.detect_gpu``, as in tests/vllm/scenarios.py.
 """
@@ -60,10 +62,10 @@ QWEN35 = {
 CASES = {
     # vLLM seed line (FlashInfer 0.6.12): the guard raises 394 MiB to the capture-512 need
     "seed-h200": dict(shape=QWEN35, gpu=("NVIDIA H200", 132, (9, 0)), total=141 * GIB, weights=48 * GIB,
-                      activation=2 * GIB, max_num_seqs=512, mbt=8192, capture=512),
+                      activation=128 * MIB, max_num_seqs=512, mbt=8192, capture=512, server_bytes=394 * MIB),
     # vLLM 0.33 / B300 (FlashInfer 0.7.2.post1): exact gives back vLLM's 2 GiB heuristic minus the need
     "seed-b300": dict(shape=QWEN35, gpu=("NVIDIA B300", 160, (10, 3)), total=268 * GIB, weights=96 * GIB,
-                      activation=4 * GIB, max_num_seqs=1024, mbt=16384, capture=1024),
+                      activation=128 * MIB, max_num_seqs=1024, mbt=16384, capture=1024, server_bytes=2 * GIB),
 }
 
 
@@ -76,12 +78,13 @@ class Ledger:
         self.peak = 0
         self.events: list[tuple[str, str, int]] = []  # (what, name, bytes) in order
         self.label = None  # names the scenario's own allocations (the KV cache)
+        self.refuse = None  # fault injection: the allocation of this name fails as out of memory
 
     def book(self, n: int, name: str) -> None:
         import torch
 
         n = int(n)
-        if self.used + n > self.total:
+        if self.used + n > self.total or name == self.refuse:
             free = self.total - self.used
             self.events.append(("oom", name, n))
             raise torch.OutOfMemoryError(
@@ -129,8 +132,17 @@ def _caller() -> str:
     return "other"
 
 
+_current: list = [None]
+
+
 def install_ledger(ledger: Ledger) -> None:
+    """Point torch's memory answers at ``ledger`` (the allocators are wrapped once per process)."""
     import torch
+
+    first = _current[0] is None
+    _current[0] = ledger
+    if first:
+        _wrap_allocators()
 
     acc = torch.accelerator
     acc.memory_stats = ledger.stats
@@ -152,6 +164,11 @@ def install_ledger(ledger: Ledger) -> None:
     cls.is_integrated_gpu = classmethod(lambda c, *a, **k: False)
     cls.current_device = classmethod(lambda c: 0)
 
+
+
+def _wrap_allocators() -> None:
+    import torch
+
     inside = [0]
 
     def booked(real):
@@ -161,6 +178,7 @@ def install_ledger(ledger: Ledger) -> None:
                 t = real(*a, **k)
             finally:
                 inside[0] -= 1
+            ledger = _current[0]
             if t.device.type == DEVICE and not inside[0]:
                 n = t.numel() * t.element_size()
                 if n >= MIB:
@@ -249,7 +267,8 @@ def make_worker(vc, runner, ledger: Ledger, v2: bool):
             setattr(w, name, getattr(vc, name))
     w.device = _device()
     w.rank = w.local_rank = 0
-    w.randomize_dummy_inputs = False
+    if not isinstance(getattr(type(w), "randomize_dummy_inputs", None), property):
+        w.randomize_dummy_inputs = False
     w.use_v2_model_runner = v2
     w.init_snapshot = MemorySnapshot(device=w.device)
     w.requested_memory = request_memory(w.init_snapshot, vc.cache_config)
@@ -264,35 +283,74 @@ def _device():
 
 
 def kv_sizing(vc, specs, available: int):
-    """vLLM's own KV sizing (the engine core's ``get_kv_cache_configs``): blocks and tokens."""
-    from vllm.v1.core.kv_cache_utils import get_kv_cache_configs
+    """vLLM's own KV sizing (the engine core's ``get_kv_cache_configs``, ``v1/engine/core.py``
+    0.23.0 ``kv_cache_utils``, 0.33.0 ``kv_cache_planning`` with the global groups): blocks and tokens."""
+    try:
+        from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
 
-    cfg = get_kv_cache_configs(vc, [specs], [int(available)])[0]
+        cfg = get_kv_cache_configs(vc, [specs], [int(available)], get_global_kv_cache_groups(vc, [specs]))[0]
+    except ImportError:
+        from vllm.v1.core.kv_cache_utils import get_kv_cache_configs
+
+        cfg = get_kv_cache_configs(vc, [specs], [int(available)])[0]
     block = next(iter(specs.values())).block_size
     return cfg, int(cfg.num_blocks), int(cfg.num_blocks) * block
+
+
+OURS = ("FLASHINFER_GUARD_RESERVE", "FLASHINFER_GUARD_WORKSPACE", "FLASHINFER_GUARD")
+
+
+def setup(case_name: str) -> None:
+    """Once per process: the plugin loader, the CPU host, no network."""
+    from scenarios import allow_static_graphs, fake_gpu
+
+    fake_gpu(CASES[case_name]["gpu"])
+    from vllm.plugins import load_general_plugins
+
+    load_general_plugins()  # vLLM's own loader (the guard's entry point)
+    allow_static_graphs()
+    no_pinned_memory()
+    import vllm.utils.flashinfer as vuf
+
+    if hasattr(vuf, "has_nvidia_artifactory"):
+        vuf.has_nvidia_artifactory = lambda: False
+    from scenarios import cpu_only_impl_buffers
+
+    cpu_only_impl_buffers()
+
+
+def switch(plugins: bool, env: dict) -> None:
+    """The guard as a fresh process with ``env`` would have it (or absent)."""
+    import vllm_guard.plugin
+    from guard_core.settings import reset_settings_cache
+
+    vllm_guard.plugin.uninstall()
+    for k in [k for k in os.environ if k.startswith(OURS)]:
+        del os.environ[k]
+    os.environ.update(env)
+    reset_settings_cache()
+    if plugins:
+        vllm_guard.plugin.register()
 
 
 def run(args) -> dict:
     import importlib.metadata as md
 
     import torch
-    from scenarios import fake_gpu
-
     case = CASES[args.case]
-    fake_gpu(case["gpu"])
-    if not args.no_plugins:
-        from vllm.plugins import load_general_plugins
-
-        load_general_plugins()
-    from scenarios import allow_static_graphs, cpu_only_impl_buffers
-
-    allow_static_graphs()
-    no_pinned_memory()
     ledger = Ledger(case["total"])
+    ledger.refuse = getattr(args, "refuse", None)
     install_ledger(ledger)
-    cpu_only_impl_buffers()
     vc, specs = build(case, args.util, args.kv_cache_memory, args.v2)
     runner = StandinRunner(ledger, case["weights"], case["activation"], specs)
+    try:  # 0.33: the engine core resolves the layout before memory profiling (v1/engine/core.py:286)
+        from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
+
+        import inspect
+        if "supported_layouts" in inspect.signature(resolve_kv_cache_layout).parameters:
+            resolve_kv_cache_layout(vc, [["HND", "NHD"]], list(specs.values()))
+    except ImportError:
+        pass
     worker = make_worker(vc, runner, ledger, args.v2)
     runner.load_model()
     n0 = len(ledger.events)
@@ -354,18 +412,37 @@ def run(args) -> dict:
     return out
 
 
+def low_util(case: dict) -> float:
+    """A --gpu-memory-utilization whose slack is half vLLM's own workspace, less the profile's
+    activation peak that the KV budget already leaves free (vLLM #46883's situation)."""
+    return 1 - (case["server_bytes"] // 2 - case["activation"]) / case["total"]
+
+
 def main(argv=None) -> None:
+    """``CASE VARIANT...``; a variant is ``name:util:KEY=VAL,KEY=VAL`` (util ``low`` or a number;
+    ``plugins=0``, ``v2=1``, ``kv=BYTES`` are the scenario's own keys, the rest environment)."""
     p = argparse.ArgumentParser()
     p.add_argument("case", choices=sorted(CASES))
-    p.add_argument("--util", type=float, default=0.9)
-    p.add_argument("--no-plugins", action="store_true")
-    p.add_argument("--kv-cache-memory", type=int, default=0)
-    p.add_argument("--v2", action="store_true", help="the worker runs the V2 model runner (one shared buffer)")
+    p.add_argument("variants", nargs="+")
     args = p.parse_args(argv)
     import scenarios
 
     scenarios.configure_vllm_logging()
-    print("RESULT: " + json.dumps(run(args), default=str), flush=True)
+    setup(args.case)
+    for v in args.variants:
+        name, util, *rest = v.split(":")
+        kv = dict(x.split("=", 1) for x in (rest[0].split(",") if rest and rest[0] else []))
+        own = {k: kv.pop(k) for k in ("plugins", "v2", "kv", "refuse") if k in kv}
+        switch(own.get("plugins", "1") == "1", kv)
+        ns = argparse.Namespace(case=args.case, util=low_util(CASES[args.case]) if util == "low" else float(util),
+                                v2=own.get("v2") == "1", kv_cache_memory=int(own.get("kv", 0)),
+                                refuse={"guard": "guard reservation"}.get(own.get("refuse")))
+        try:
+            out = run(ns)
+        except Exception as exc:  # reported, the next variant runs
+            out = {"error": f"{type(exc).__name__}: {exc}"}
+        out["variant"] = name
+        print("RESULT: " + json.dumps(out, default=str), flush=True)
 
 
 if __name__ == "__main__":
