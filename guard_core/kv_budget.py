@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from .units import fmt_mib
 
 __all__ = ["MODES", "BudgetMove", "budget_line", "kv_token_change", "buffer_under_guard", "per_token_from_pages",
-           "utilization_keeping_kv", "measured_return", "KvPlan", "vllm_kv_plan"]
+           "utilization_keeping_kv", "measured_return", "KvPlan", "vllm_kv_plan",
+           "attention_per_token_bytes", "launch_utilization", "VLLM_DEFAULT_UTILIZATION"]
 
 MODES = ("auto", "full", "off")
 
@@ -160,3 +161,31 @@ def vllm_kv_plan(mode: str, buffer_bytes: int, server_bytes: int, per_token_byte
     keep = (utilization_keeping_kv(utilization, move.charge, total_bytes)
             if utilization is not None and total_bytes else None)
     return KvPlan(move, per_token_bytes, move.tokens(per_token_bytes), utilization, keep, total_bytes)
+
+
+VLLM_DEFAULT_UTILIZATION = 0.9  # vLLM's CacheConfig.gpu_memory_utilization default (config/cache.py, 0.23-0.33)
+
+
+def attention_per_token_bytes(groups, kv_dtype_bytes: int) -> int | None:
+    """KV bytes per token per rank as vLLM's ``FullAttentionSpec.page_size_bytes / block_size``:
+    ``2 (K and V) x kv heads x head size x dtype bytes`` per layer (K and V heads of equal size;
+    ``head_size_v`` counted where it differs), summed over ``(count, kv_heads, dqk, dvo)`` groups."""
+    total = 0
+    for count, kv_heads, dqk, dvo in groups:
+        total += int(count) * int(kv_heads) * (int(dqk) + int(dvo)) * int(kv_dtype_bytes)
+    return total or None
+
+
+def launch_utilization(argv) -> float | None:
+    """``--gpu-memory-utilization`` from a vLLM launch command (``--x v`` or ``--x=v``), None if absent."""
+    argv = list(argv or ())
+    for i, tok in enumerate(argv):
+        for flag in ("--gpu-memory-utilization", "--gpu_memory_utilization"):
+            try:
+                if tok == flag and i + 1 < len(argv):
+                    return float(argv[i + 1])
+                if tok.startswith(flag + "="):
+                    return float(tok.split("=", 1)[1])
+            except ValueError:
+                return None
+    return None

@@ -374,7 +374,9 @@ def refresh_workspace_sizes(buf) -> int:
 
     n = 0
     for ref in gc.get_referrers(buf):
-        if isinstance(ref, dict) and ref.get("_float_workspace_buffer") is buf and _refresh_one(ref):
+        # the holder's __dict__, or (Python 3.11+: managed instance dicts) the holder itself
+        d = ref if isinstance(ref, dict) else getattr(ref, "__dict__", None)
+        if isinstance(d, dict) and d.get("_float_workspace_buffer") is buf and _refresh_one(d):
             n += 1
     return n
 

@@ -114,6 +114,10 @@ def test_auto_moves_the_budget_by_exactly_the_guards_change(runs):
           f"{auto['workspace_bytes'] / MIB:.0f} MiB; KV {base['kv_tokens']:,} -> {auto['kv_tokens']:,} tokens "
           f"({auto['kv_tokens'] - base['kv_tokens']:+,}; {per:,} B per token)")
     assert abs((auto["kv_tokens"] - base["kv_tokens"]) + change / per) <= 16  # one block of 16 tokens
+    # the start-up line gives the same figure as `plan` (tests/core/test_kv_budget_plan.py: -4,096 for
+    # the seed, 30,720 B per token): bytes over vLLM's own per-token size, rounded to whole tokens
+    want = f"KV cache -{-(-change // per):,} tokens ({per:,} B per token)"
+    assert any("KV budget (FLASHINFER_GUARD_RESERVE=auto)" in l and want in l for l in runs["_log"].splitlines()), want
 
 
 def test_full_counts_the_whole_buffer_and_the_low_slack_start_serves(runs):
