@@ -50,7 +50,7 @@ def _plan(line: str):
     variants = [v("base", 0.9, "plugins=0"), v("auto", 0.9), v("off", 0.9, "FLASHINFER_GUARD_RESERVE=off"),
                 v("low", "low", "plugins=0"), v("full-low", "low", "FLASHINFER_GUARD_RESERVE=full"),
                 v("refused", 0.9, "FLASHINFER_GUARD_RESERVE=full,refuse=guard"),
-                v("kvmem", 0.9, f"kv={40 * GIB}")]
+                v("kvmem", 0.9, f"kv={40 * GIB},FLASHINFER_GUARD_RESERVE=full")]
     if not line.startswith("0.23"):
         variants.append(v("exact", 0.9, "FLASHINFER_GUARD_WORKSPACE=exact"))
     return case, variants
@@ -148,8 +148,8 @@ def test_kv_cache_memory_measures_nothing_and_says_whether_it_fits(runs):
     r = runs["kvmem"]
     assert r["available"] == 40 * GIB
     lines = [l for l in runs["_log"].splitlines() if "--kv-cache-memory" in l and "[flashinfer-guard]" in l]
-    if r.get("reserved_bytes"):
-        assert len(lines) == 1 and "fit" in lines[0], lines
+    assert r["same_tensor"] and r["workspace_allocs"] == [r["workspace_bytes"]]
+    assert len(lines) == 1 and "weights + KV + workspace fit" in lines[0], lines
 
 
 def _exact_on_b300(runs):
