@@ -115,10 +115,8 @@ def _flashinfer_groups(worker):
     import sys
 
     module = sys.modules.get(BACKEND)
-    if module is None:
-        import importlib
-
-        module = importlib.import_module(BACKEND)
+    if module is None:  # no layer of this model imported vLLM's FlashInfer backend
+        return None, [], {}
     builder_cls = module.FlashInferMetadataBuilder
     specs = worker.get_kv_cache_spec()
     ctx = worker.vllm_config.compilation_config.static_forward_context
@@ -249,7 +247,6 @@ def _make_determine(orig, module):
             get_log().warning_once(KEY + "-failed", "KV budget: model_runner.profile_run not found; "
                                                     "vLLM sizes the KV cache as without flashinfer-guard")
             return orig(self, *args, **kwargs)
-        measured = not getattr(getattr(self, "cache_config", None), "kv_cache_memory_bytes", None)
         try:
             returned = orig(self, *args, **kwargs)
         except BaseException:
@@ -264,6 +261,8 @@ def _make_determine(orig, module):
             if r.failed is None:
                 guarded(get_log(), KEY, "KV budget", _release, r, "vLLM never ran its profile")
             return returned
+        # read after vLLM's call: a start-up plan (0.33 maybe_apply_startup_plan) sets it inside
+        measured = not getattr(getattr(self, "cache_config", None), "kv_cache_memory_bytes", None)
         out = guarded(get_log(), KEY, "KV budget", _settle, self, r, returned, measured)
         return returned if out is None else out
 
