@@ -9,7 +9,9 @@ in each case. The numbers come from the servers' own memory profiling and KV siz
 CPU ledger standing in for device memory (vLLM: tests/vllm/kv_budget_scenarios.py, whose
 docstring names every stand-in; the weights and the profile run's activation peak are ledger
 figures, the same in all three columns, so the differences are the guard's alone).
-Environments: /root/.cache/flashinfer-guard/envs/<framework>-<line> (ci/install_env.sh).
+Row keys (what ``table`` prints): framework, line, deployment, ws_without, ws_auto, ws_exact
+(bytes), kv_without, kv_auto, kv_exact (tokens), per_token (bytes); or ``error`` instead of the
+numbers. Environments: /root/.cache/flashinfer-guard/envs/<framework>-<line> (ci/install_env.sh).
 """
 
 from __future__ import annotations
