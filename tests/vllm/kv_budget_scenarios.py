@@ -201,6 +201,8 @@ class StandinRunner:
         self.ledger, self.activation, self.specs, self.weight_bytes = ledger, activation, specs, weights
         self.model_memory_usage = 0
         self.profiled = 0
+        self.full_graph_profile = None  # a builder factory: the profile run plans as V1 FULL graphs do
+        self.profile_builder = None
 
     def load_model(self):  # after the worker's init snapshot, as in Worker.load_model
         self.weights = self.ledger.hold(self.weight_bytes, "weights")
@@ -208,6 +210,12 @@ class StandinRunner:
 
     def profile_run(self, *a, **k):
         self.profiled += 1
+        if self.full_graph_profile is not None:
+            # V1 with FULL CUDA graphs: the profile run builds attention metadata, so the builder's
+            # workspace is allocated (and kept) inside vLLM's measurement (gpu_model_runner.py
+            # 0.33.0:5635-5637; the builder here is the real FlashInferMetadataBuilder)
+            self.profile_builder = self.full_graph_profile()
+            self.profile_builder._get_workspace_buffer()
         act = self.ledger.hold(self.activation, "profile activations")
         act.free()
 
@@ -353,6 +361,15 @@ def run(args) -> dict:
         pass
     worker = make_worker(vc, runner, ledger, args.v2)
     runner.load_model()
+    if getattr(args, "full_graph_profile", False):
+        from vllm.config import set_current_vllm_config
+        from vllm.v1.attention.backends.flashinfer import FlashInferMetadataBuilder
+
+        def make_builder():
+            with set_current_vllm_config(vc):
+                return FlashInferMetadataBuilder(next(iter(specs.values())), list(specs), vc, _device())
+
+        runner.full_graph_profile = make_builder
     n0 = len(ledger.events)
     out: dict = dict(vllm=md.version("vllm"), flashinfer=md.version("flashinfer-python"), util=args.util,
                      total=ledger.total)
@@ -378,8 +395,11 @@ def run(args) -> dict:
     from vllm.v1.attention.backends.flashinfer import FlashInferMetadataBuilder
 
     spec = next(iter(specs.values()))
-    with set_current_vllm_config(vc):
-        builder = FlashInferMetadataBuilder(spec, list(specs), vc, _device())
+    if runner.profile_builder is not None:  # V1 FULL-graph profiling: the builder that planned in the profile
+        builder = runner.profile_builder
+    else:
+        with set_current_vllm_config(vc):
+            builder = FlashInferMetadataBuilder(spec, list(specs), vc, _device())
     try:
         buf = builder._get_workspace_buffer()  # the first planning call's allocation
         out["workspace_bytes"] = int(buf.numel() * buf.element_size())
@@ -432,11 +452,12 @@ def main(argv=None) -> None:
     for v in args.variants:
         name, util, *rest = v.split(":")
         kv = dict(x.split("=", 1) for x in (rest[0].split(",") if rest and rest[0] else []))
-        own = {k: kv.pop(k) for k in ("plugins", "v2", "kv", "refuse") if k in kv}
+        own = {k: kv.pop(k) for k in ("plugins", "v2", "kv", "refuse", "fullprofile") if k in kv}
         switch(own.get("plugins", "1") == "1", kv)
         ns = argparse.Namespace(case=args.case, util=low_util(CASES[args.case]) if util == "low" else float(util),
                                 v2=own.get("v2") == "1", kv_cache_memory=int(own.get("kv", 0)),
-                                refuse={"guard": "guard reservation"}.get(own.get("refuse")))
+                                refuse={"guard": "guard reservation"}.get(own.get("refuse")),
+                                full_graph_profile=own.get("fullprofile") == "1")
         try:
             out = run(ns)
         except Exception as exc:  # reported, the next variant runs

@@ -53,6 +53,9 @@ def _plan(line: str):
                 v("kvmem", 0.9, f"kv={40 * GIB},FLASHINFER_GUARD_RESERVE=full")]
     if not line.startswith("0.23"):
         variants.append(v("exact", 0.9, "FLASHINFER_GUARD_WORKSPACE=exact"))
+    else:  # the V1 runner profiling FULL CUDA graphs builds attention metadata inside the measurement
+        variants += [v("v1full-base", 0.9, "plugins=0,fullprofile=1"), v("v1full-auto", 0.9, "fullprofile=1"),
+                     v("v1full-full", 0.9, "fullprofile=1,FLASHINFER_GUARD_RESERVE=full")]
     return case, variants
 
 
@@ -162,6 +165,25 @@ def _exact_on_b300(runs):
     print(f"vLLM {base['vllm']} exact: frees {freed / MIB:.0f} MiB -> KV {base['kv_tokens']:,} -> "
           f"{ex['kv_tokens']:,} tokens ({gained:+,}; freed / {per:,} B per token = {freed / per:,.0f})")
 
+
+def _v1_full_graph_profile_counts_the_buffer_once(runs):
+    fb, fa, ff = runs["v1full-base"], runs["v1full-auto"], runs["v1full-full"]
+    base = runs["base"]
+    # without the guard vLLM's own buffer is allocated inside the profile and counted there
+    assert _order(fb, "vLLM _get_workspace_buffer") < _order(fb, "KV cache")
+    assert base["available"] - fb["available"] == fb["workspace_bytes"]
+    change = fa["workspace_bytes"] - fb["workspace_bytes"]
+    # auto: moved by the guard's change only; full: by the whole buffer, which vLLM had counted
+    # its own part of already: never twice, one workspace allocation in each
+    assert fb["available"] - fa["available"] == change and fa["counted_bytes"] == fb["workspace_bytes"]
+    assert base["available"] - ff["available"] == ff["workspace_bytes"]
+    for r in (fb, fa, ff):
+        assert r["workspace_allocs"] == [r["workspace_bytes"]], r["events"]
+    assert fa["same_tensor"] and ff["same_tensor"]
+
+
+if _line().startswith("0.23"):  # the V1 model runner (0.23's default)
+    test_v1_full_graph_profile_counts_the_buffer_once = _v1_full_graph_profile_counts_the_buffer_once
 
 if not _line().startswith("0.23"):  # the B300 preset (vLLM's 2 GiB heuristic, FlashInfer >= 0.7.0) from 0.32
     test_exact_on_b300_gives_the_freed_bytes_to_the_kv_cache = _exact_on_b300
