@@ -22,7 +22,7 @@ from guard_core.runtime.wrapping import guarded
 from guard_core.units import nbytes
 from guard_core.decide.workspace import is_out_of_memory
 
-from . import workspace_facts
+from . import kv_reserve, workspace_facts
 from ._log import get_log
 from .workspace_facts import NATIVE_VAR
 
@@ -37,6 +37,7 @@ def install(settings) -> None:
         _OFF_TABLE.install()
         return
     _TABLE.install()
+    kv_reserve.install(settings)  # the buffer paid for where vLLM sizes its KV cache (issue 28)
     # whatever the model might still miss: an overflowing plan() gets a buffer that fits
     from guard_core.runtime import safety_net
 
@@ -48,6 +49,7 @@ def uninstall() -> None:
 
     _TABLE.undo()
     _OFF_TABLE.undo()
+    kv_reserve.uninstall()
     safety_net.uninstall()
 
 
@@ -62,6 +64,11 @@ def _make_get(orig, module):
         if getattr(self, "_workspace_buffer", None) is not None:
             return orig(self, *args, **kwargs)
         decided = guarded(get_log(), "workspace", "workspace sizing", workspace_facts.decide, self, module)
+        # the buffer reserved inside vLLM's memory profile (kv_reserve), handed over: nothing allocated twice
+        reserved = guarded(get_log(), "kv-budget", "KV budget hand-over", kv_reserve.claim, self, decided)
+        if reserved is not None:
+            self._workspace_buffer = reserved
+            return reserved
         if decided is None:
             return orig(self, *args, **kwargs)
         return apply(self, module, decided, allocate=lambda: orig(self, *args, **kwargs))
@@ -136,6 +143,9 @@ def apply(builder, module, decided, allocate=None, shared=None):
         if have < floor:
             target = max(dec.allocate_bytes, floor)
             shared.resize_(int(target))
+            from guard_core.runtime import safety_net
+
+            safety_net.refresh_workspace_sizes(shared)  # no wrapper keeps the old size
             log.info_once("workspace-shared:" + dec.line,
                           f"workspace: shared buffer grown {have / (1 << 20):.0f} MiB -> {target / (1 << 20):.0f} MiB "
                           f"for this builder's need ({need / (1 << 20):.1f} MiB)")
@@ -172,6 +182,9 @@ def apply(builder, module, decided, allocate=None, shared=None):
         have = nbytes(buf)
         if have < target:
             buf.resize_(int(target))  # every holder of this tensor sees the larger buffer
+            from guard_core.runtime import safety_net
+
+            safety_net.refresh_workspace_sizes(buf)
             log.warning_once("workspace-grown:" + dec.line,
                              f"workspace: vLLM allocated {have / (1 << 20):.0f} MiB despite the raised size; "
                              f"grown in place to {target / (1 << 20):.0f} MiB")

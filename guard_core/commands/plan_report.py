@@ -433,7 +433,33 @@ def report(a, cmd: Command, server: ServerConfig, model: ModelView, fs: FactsSet
                server_default_source=fs.server_source, workspace_bytes=fs.buffer)
     out.update(result, notes=cmd.notes + model.reader["notes"] + list(req.notes))
     out["guard"] = _guard_fields(server, dd)
+    out["kv_budget"] = _kv_budget_fields(a, cmd, server, fs, dd)
     return out
+
+
+def _kv_budget_fields(a, cmd: Command, server: ServerConfig, fs: FactsSet, dd: Decided) -> dict | None:
+    """Issue 28 (vLLM): the buffer's cost or gain in KV tokens and the --gpu-memory-utilization
+    that keeps the unguarded KV size; the arithmetic is guard_core.decide.kv_budget's, the same the
+    adapter logs. vLLM's own estimate (weights, activation peak, CUDA-graph memory) sizes the KV
+    cache itself at start-up; the move does not depend on it."""
+    from guard_core.decide import kv_budget
+    from guard_core.deployment.server_defaults import gpu_memory
+
+    if cmd.framework != "vllm" or dd.guard is None:
+        return None
+    d = dd.guard.decision
+    buf = kv_budget.buffer_under_guard(d.action, int(d.allocate_bytes or 0), int(fs.server_bytes))
+    rows = [(g.count, g.num_kv_heads, g.head_dim_qk, g.head_dim_vo) for g, _r, _f in fs.groups]
+    per_token = kv_budget.attention_per_token_bytes(rows, fs.kv_bytes)
+    util = kv_budget.launch_utilization(getattr(a, "launch", None)) or kv_budget.VLLM_DEFAULT_UTILIZATION
+    mem = gpu_memory(server.gpu_key)
+    kp = kv_budget.vllm_kv_plan(server.settings.reserve, buf, int(fs.server_bytes), per_token, util,
+                                mem[0] if mem else None)
+    return {"mode": kp.move.mode, "buffer_bytes": buf, "server_bytes": int(fs.server_bytes),
+            "charge_bytes": kp.move.charge, "per_token_bytes": per_token, "kv_tokens": kp.tokens,
+            "gpu_memory_utilization": util, "keep_utilization": kp.keep_utilization, "line": kp.line(),
+            "estimate": "the KV size itself is vLLM's own estimate at start-up (profile run, CUDA-graph "
+                        "memory); the move and its tokens are exact"}
 
 
 def _guard_fields(server: ServerConfig, dd: Decided) -> dict:
@@ -1198,6 +1224,8 @@ def _print_guard(r: dict, w) -> None:
     if g:
         sw = ", ".join(f"{k}={v}" for k, v in g["switches"].items())
         w(f"guard      inside the server{' (' + sw + ')' if sw else ''} it logs: {g['line']}\n")
+    if r.get("kv_budget"):
+        w(f"KV budget  {r['kv_budget']['line']} ({r['kv_budget']['estimate']})\n")
     if r.get("environment"):
         w(f"server env {r['environment']}\n")
 

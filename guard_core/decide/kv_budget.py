@@ -20,7 +20,9 @@ from dataclasses import dataclass
 
 from guard_core.units import fmt_mib
 
-__all__ = ["MODES", "BudgetMove", "budget_line", "kv_token_change"]
+__all__ = ["MODES", "BudgetMove", "budget_line", "kv_token_change", "buffer_under_guard", "per_token_from_pages",
+           "utilization_keeping_kv", "measured_return", "KvPlan", "vllm_kv_plan",
+           "attention_per_token_bytes", "launch_utilization", "VLLM_DEFAULT_UTILIZATION"]
 
 MODES = ("auto", "full", "off")
 
@@ -82,3 +84,108 @@ def budget_line(move: BudgetMove, where: str, per_token_bytes: int | None = None
         sign = "-" if move.charge > 0 else "+"
         text += f"; KV cache {sign}{abs(tokens):,} tokens ({per_token_bytes:,} B per token)"
     return text
+
+
+# --- issue 28, vLLM side: the adapter's reservation and `plan` share this arithmetic ---
+
+def buffer_under_guard(action: str, allocate_bytes: int, server_bytes: int) -> int:
+    """The bytes FlashInfer's buffer has under a workspace decision, as the adapter's one
+    apply gives it: ``exact`` below the server's size puts exactly the need in; a larger
+    decided size raises the server's size source; otherwise the server's own size."""
+    if action == "off":
+        return int(server_bytes)
+    if action == "exact" and allocate_bytes < server_bytes:
+        return int(allocate_bytes)
+    return max(int(allocate_bytes), int(server_bytes))
+
+
+def per_token_from_pages(pages) -> int | None:
+    """The KV cache's bytes per token from ``(page_size_bytes, block_size)`` of every
+    layer that holds KV per token (vLLM: ``KVCacheSpec.page_size_bytes`` /
+    ``block_size`` per layer, summed: how ``get_kv_cache_config`` divides the budget
+    for one uniform group). None when nothing is known."""
+    total = 0.0
+    for page, block in pages:
+        if not page or not block:
+            continue
+        total += int(page) / int(block)
+    return int(round(total)) or None
+
+
+def utilization_keeping_kv(utilization: float, charge: int, total_bytes: int) -> float:
+    """The ``--gpu-memory-utilization`` that gives the KV cache the same bytes as without
+    the guard when the budget is charged ``charge`` bytes (negative: credited): vLLM's
+    requested memory is ``total * utilization`` (``request_memory``), so the charge moves
+    it by ``charge / total``. Rounded up to vLLM's 4 decimals (never short), capped at 1."""
+    import math
+
+    if total_bytes <= 0:
+        return utilization
+    return min(1.0, math.ceil((utilization + charge / total_bytes) * 10_000 - 1e-9) / 10_000)
+
+
+def measured_return(returned: int, move: BudgetMove) -> int:
+    """What the adapter returns from vLLM's ``determine_available_memory`` when the
+    buffer (``move.buffer_bytes``) was alive inside the measurement, so vLLM's own
+    profile already took it from the budget, and ``move.counted_bytes`` is what the
+    unguarded server would have counted of its own buffer there: the budget ends up
+    moved by exactly ``move.charge`` from where vLLM alone would put it."""
+    return int(returned) + int(move.buffer_bytes) - int(move.counted_bytes) - int(move.charge)
+
+
+@dataclass(frozen=True)
+class KvPlan:
+    """`plan`'s KV-budget figures for one deployment (vLLM)."""
+
+    move: BudgetMove
+    per_token_bytes: int | None
+    tokens: int | None  # the KV cache's change in tokens (negative: fewer)
+    utilization: float | None  # the --gpu-memory-utilization in the command (vLLM's default when absent)
+    keep_utilization: float | None  # the one that keeps the unguarded KV size
+    total_bytes: int | None
+
+    def line(self) -> str:
+        text = budget_line(self.move, "inside vLLM's memory profile", self.per_token_bytes)
+        if self.keep_utilization is not None and self.move.charge:
+            text += (f"; --gpu-memory-utilization {self.keep_utilization:.4f} (instead of {self.utilization:.4f}) "
+                     "keeps vLLM's unguarded KV size")
+        return text
+
+
+def vllm_kv_plan(mode: str, buffer_bytes: int, server_bytes: int, per_token_bytes: int | None,
+                 utilization: float | None, total_bytes: int | None, counted_bytes: int = 0) -> KvPlan:
+    """`plan`'s figures: the budget move, its KV tokens and the utilization that keeps the
+    unguarded KV size. The KV size itself is vLLM's own estimate at start-up (profile
+    run, CUDA-graph estimate); only the move is computed here, and it does not depend on it."""
+    move = BudgetMove(mode, int(buffer_bytes), int(server_bytes), int(counted_bytes))
+    keep = (utilization_keeping_kv(utilization, move.charge, total_bytes)
+            if utilization is not None and total_bytes else None)
+    return KvPlan(move, per_token_bytes, move.tokens(per_token_bytes), utilization, keep, total_bytes)
+
+
+VLLM_DEFAULT_UTILIZATION = 0.9  # vLLM's CacheConfig.gpu_memory_utilization default (config/cache.py, 0.23-0.33)
+
+
+def attention_per_token_bytes(groups, kv_dtype_bytes: int) -> int | None:
+    """KV bytes per token per rank as vLLM's ``FullAttentionSpec.page_size_bytes / block_size``:
+    ``2 (K and V) x kv heads x head size x dtype bytes`` per layer (K and V heads of equal size;
+    ``head_size_v`` counted where it differs), summed over ``(count, kv_heads, dqk, dvo)`` groups."""
+    total = 0
+    for count, kv_heads, dqk, dvo in groups:
+        total += int(count) * int(kv_heads) * (int(dqk) + int(dvo)) * int(kv_dtype_bytes)
+    return total or None
+
+
+def launch_utilization(argv) -> float | None:
+    """``--gpu-memory-utilization`` from a vLLM launch command (``--x v`` or ``--x=v``), None if absent."""
+    argv = list(argv or ())
+    for i, tok in enumerate(argv):
+        for flag in ("--gpu-memory-utilization", "--gpu_memory_utilization"):
+            try:
+                if tok == flag and i + 1 < len(argv):
+                    return float(argv[i + 1])
+                if tok.startswith(flag + "="):
+                    return float(tok.split("=", 1)[1])
+            except ValueError:
+                return None
+    return None

@@ -66,7 +66,7 @@ from guard_core.runtime.patch_table import PatchTable, Wrap
 from guard_core.runtime.wrapping import PatchSet, is_wrapped
 from guard_core.units import MIB, nbytes
 
-__all__ = ["install", "parse_overflow", "patch_module", "patched_entry_points", "uninstall"]
+__all__ = ["install", "parse_overflow", "patch_module", "patched_entry_points", "refresh_workspace_sizes", "uninstall"]
 
 OVERFLOW_RE = re.compile(
     r"Buffer overflow when allocating memory for (?P<name>\S+) with size (?P<size>\d+) and alignment "
@@ -322,6 +322,7 @@ class _Grown:
             buf.set_(buf.new_empty(n))  # the owner's storage stays untouched, kept for give_back
         else:
             buf.resize_(n)
+        self._refresh(attr)
 
     def give_back(self) -> None:
         for attr, (buf, before, storage) in self.saved.items():
@@ -336,10 +337,48 @@ class _Grown:
                     buf.set_(buf.new_empty(before // per))
             except Exception:
                 pass
+            self._refresh(attr)
+
+    def _refresh(self, attr: str) -> None:
+        """No wrapper keeps a stale ``_workspace_size`` for a buffer grown, swapped or given back."""
+        if attr != "_float_workspace_buffer":
+            return
+        try:
+            _refresh_one(self.wrapper.__dict__)
+            refresh_workspace_sizes(getattr(self.wrapper, attr))
+        except Exception:
+            pass
 
     def after(self, attr: str) -> int:
         buf = getattr(self.wrapper, attr, None)
         return nbytes(buf) if buf is not None else 0
+
+
+def _refresh_one(d: dict) -> bool:
+    buf = d.get("_float_workspace_buffer")
+    if buf is None or "_workspace_size" not in d:
+        return False
+    d["_workspace_size"] = nbytes(buf)
+    return True
+
+
+def refresh_workspace_sizes(buf) -> int:
+    """FlashInfer's paged prefill wrapper records ``_workspace_size`` in ``__init__``
+    (0.6.12 ``prefill.py:1619``, 0.7.0.post1 ``:1930``, 0.7.2.post1 ``:2818``; decode
+    0.6.12 ``decode.py:935``) and ``reset_workspace_buffer()`` does not refresh it
+    (0.7.2.post1 ``prefill.py:2924``); the TRT-LLM-gen paged run receives it (0.7.2.post1
+    ``:4599``). After a buffer is grown or swapped in place, every wrapper holding
+    that tensor gets the size it has now. Only runs when a buffer changes (rare): a
+    scan of the tensor's referrers. Returns the wrappers refreshed."""
+    import gc
+
+    n = 0
+    for ref in gc.get_referrers(buf):
+        # the holder's __dict__, or (Python 3.11+: managed instance dicts) the holder itself
+        d = ref if isinstance(ref, dict) else getattr(ref, "__dict__", None)
+        if isinstance(d, dict) and d.get("_float_workspace_buffer") is buf and _refresh_one(d):
+            n += 1
+    return n
 
 
 def _storage_of(buf):

@@ -116,7 +116,9 @@ def test_vllm_seed_command_reproduces_seed():
             "but only 413138944 bytes available") in out
     assert "simulating vLLM 0.19.1" in out
     assert "max seqs                 528            in the command" in out
-    assert "ignored" in out and "--port 60000" in out and out.count("--gpu-memory-utilization") == 1
+    assert "ignored" in out and "--port 60000" in out
+    # once in the ignored options, once in the KV-budget line (issue 28), read from the command
+    assert out.count("--gpu-memory-utilization") == 2 and "instead of 0.8500" in out
 
 
 def test_sglang_seed_command_reproduces_seed():

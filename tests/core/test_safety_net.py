@@ -401,3 +401,56 @@ def test_a_retry_failing_differently_gives_back_and_says_so(armed, monkeypatch, 
         w.plan()
     assert w._float_workspace_buffer is owner and owner.numel() == 4 * MIB
     assert len(log.lines) == 1 and type(again).__name__ in log.lines[0] and "given back" in log.lines[0]
+
+
+def make_sized_wrapper_class(allocs, graph=False):
+    """Like FlashInfer's paged prefill wrapper, records ``_workspace_size`` in ``__init__`` from
+    the buffer it is given (flashinfer 0.7.2.post1 prefill.py:2818; 0.6.12 :1619) and never
+    refreshes it (``reset_workspace_buffer``, 0.7.2.post1 :2924). A stand-in: the real wrapper's
+    ``__init__`` needs a CUDA driver."""
+    base = make_wrapper_class(allocs, graph)
+
+    class SizedWrapper(base):
+        def __init__(self, buf):
+            super().__init__(buf)
+            self._workspace_size = buf.numel() * buf.element_size()
+
+    return SizedWrapper
+
+
+def test_no_wrapper_keeps_a_stale_workspace_size_after_the_buffer_grows(armed):
+    arm, log = armed
+    cls = arm(make_sized_wrapper_class(SEED))
+    buf = Buf(394 * MIB)
+    other, planner = cls(buf), cls(buf)
+    assert other._workspace_size == 394 * MIB
+    planner.plan()
+    grown = buf.numel()
+    assert grown >= 536346624 + 2095104
+    # both holders of the grown buffer report its size now (today's main left 394 MiB in both)
+    assert planner._workspace_size == grown and other._workspace_size == grown
+
+
+def test_an_eager_wrapper_given_its_own_buffer_reports_that_size(armed, monkeypatch):
+    arm, log = armed
+    monkeypatch.setitem(net._state, "captured", 1)  # a CUDA graph holds the shared buffer
+    cls = arm(make_sized_wrapper_class(SEED))
+    buf = Buf(394 * MIB)
+    w = cls(buf)
+    w.plan()
+    assert w._float_workspace_buffer is not buf
+    assert w._workspace_size == w._float_workspace_buffer.numel() > 394 * MIB
+    assert buf.numel() == 394 * MIB
+
+
+def test_refresh_workspace_sizes_finds_every_holder():
+    class Holder:
+        pass
+
+    buf = Buf(10)
+    hs = [Holder() for _ in range(3)]
+    for h in hs:
+        h._float_workspace_buffer, h._workspace_size = buf, 10
+    buf.resize_(20)
+    assert net.refresh_workspace_sizes(buf) == 3
+    assert [h._workspace_size for h in hs] == [20, 20, 20]
