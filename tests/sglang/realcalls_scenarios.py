@@ -429,14 +429,19 @@ def _capture(fb, backend, runner, sa, rec, calls, errors):
     return capture_bs
 
 
-def _eager(backend, runner, batches, rec, calls, errors, kind):
+def _eager(backend, runner, batches, rec, calls, errors, kind, origin="fixed"):
+    """Each batch through SGLang's init_forward_metadata: ``kv_pages`` (page size 1: tokens)
+    per request, ``q_len`` (one query length) or ``q_lens`` (one per request, an extend batch).
+    Calls carry ``origin``: where the batch came from (``guard``: a guard_core witness; ``search``:
+    tests/differential/search.py; ``fixed``)."""
     import torch
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
     for b in batches:
         kv = [int(p) for p in b["kv_pages"]]  # page size 1: pages are tokens
-        q = int(b["q_len"])
         n = len(kv)
+        qs = [int(x) for x in b["q_lens"]] if b.get("q_lens") else [int(b["q_len"])] * n
+        q = max(qs)
         if kind == "eager_decode":
             seq = kv
             fb = ForwardBatch(forward_mode=ForwardMode.DECODE, batch_size=n,
@@ -448,18 +453,19 @@ def _eager(backend, runner, batches, rec, calls, errors, kind):
         else:
             # the paged wrapper sees the whole KV when SGLang does not use the ragged
             # wrapper (multimodal models), else the cached prefix only
-            prefix = [p - q for p in kv] if backend.is_multimodal else kv
-            seq = [p + q for p in prefix]
+            prefix = [p - x for p, x in zip(kv, qs)] if backend.is_multimodal else kv
+            seq = [p + x for p, x in zip(prefix, qs)]
+            tok = sum(qs)
             fb = ForwardBatch(forward_mode=ForwardMode.EXTEND, batch_size=n,
-                              input_ids=torch.zeros((n * q,), dtype=torch.int64),
+                              input_ids=torch.zeros((tok,), dtype=torch.int64),
                               req_pool_indices=torch.arange(n, dtype=torch.int32),
                               seq_lens=torch.tensor(seq, dtype=torch.int32),
-                              out_cache_loc=torch.zeros((n * q,), dtype=torch.int64),
+                              out_cache_loc=torch.zeros((tok,), dtype=torch.int64),
                               seq_lens_sum=sum(seq), seq_lens_cpu=torch.tensor(seq, dtype=torch.int32),
-                              extend_num_tokens=n * q,
-                              extend_seq_lens=torch.full((n,), q, dtype=torch.int32),
+                              extend_num_tokens=tok,
+                              extend_seq_lens=torch.tensor(qs, dtype=torch.int32),
                               extend_prefix_lens=torch.tensor(prefix, dtype=torch.int32),
-                              extend_prefix_lens_cpu=list(prefix), extend_seq_lens_cpu=[q] * n)
+                              extend_prefix_lens_cpu=list(prefix), extend_seq_lens_cpu=list(qs))
         n0 = len(rec.calls)
         rec.tag = kind
         try:
@@ -467,7 +473,7 @@ def _eager(backend, runner, batches, rec, calls, errors, kind):
         except Exception as e:
             errors.append({"phase": kind, "batch": n, "error": f"{type(e).__name__}: {e}"})
         for c in _calls_since(rec, n0):
-            calls.append(dict(c, phase=kind, batch=n, q_len=q))
+            calls.append(dict(c, phase=kind, batch=n, q_len=q, origin=origin))
 
 
 def _deterministic(backend, runner, sa, mc, rec, calls, errors, opts):
@@ -612,10 +618,36 @@ def _draft_pass(fb, sa, mc, gpu, rec, kv_dtype, opts):
 
 
 def _search(backend, runner, rec, calls, errors, limits, budget, seed):
-    """Random eager batches SGLang's scheduler could send (at most max running requests, at
-    most the chunked-prefill size of new tokens, no request past the context length), then
-    greedy mutations of the one whose real plan was largest. The objective is FlashInfer's
-    own float bytes; nothing here comes from guard_core."""
+    """The independent worst-case search (tests/differential/search.py): the grid of uniform
+    batches, then random restarts and hill-climbing, each batch SGLang's scheduler could send
+    (at most max running requests, at most the chunked-prefill size of new tokens, no request
+    past the context length; all decode or all extend) run through SGLang's backend and
+    FlashInfer's real planner. The objective is the planner's own float bytes; nothing here
+    comes from guard_core. Calls carry origin ``search``."""
+    from tests.differential.search import Limits, expand, search
+
+    lim = Limits(limits["max_num_seqs"], limits["max_num_batched_tokens"], int(limits["max_model_len"]),
+                 single_kind=True)
+
+    def evaluate(batch):
+        qs, kv = expand(batch)
+        n0 = len(calls)
+        decode = max(qs) == 1
+        # _eager's extend batches take the cached prefix (the whole KV for multimodal models)
+        pages = kv if decode or backend.is_multimodal else [k - q for q, k in zip(qs, kv)]
+        _eager(backend, runner, [{"q_lens": qs, "kv_pages": pages}], rec, calls, errors,
+               "eager_decode" if decode else "eager_prefill", origin="search")
+        return max((c["float_bytes"] or 0 for c in calls[n0:]), default=0)
+
+    t = time.time()
+    r = search(lim, evaluate, budget, seed=seed * 7919 + 5)
+    r["seconds"] = round(time.time() - t, 2)
+    return r
+
+
+def _search_legacy(backend, runner, rec, calls, errors, limits, budget, seed):
+    """The search before issue 27 (kept to measure the new one against): random eager batches,
+    then greedy mutations of the best one; calls carry origin ``legacy``."""
     import random
 
     rng = random.Random(seed * 7919 + 5)
@@ -640,7 +672,7 @@ def _search(backend, runner, rec, calls, errors, limits, budget, seed):
         q, kv = draw() if (best[1] is None or i < budget // 2) else mutate(*best[1])
         n0 = len(calls)
         _eager(backend, runner, [{"q_len": q, "kv_pages": kv}], rec, calls, errors,
-               "eager_decode" if q == 1 else "eager_prefill")
+               "eager_decode" if q == 1 else "eager_prefill", origin="legacy")
         tried += 1
         f = max((c["float_bytes"] or 0 for c in calls[n0:]), default=0)
         if f > best[0]:
@@ -690,10 +722,20 @@ def _one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts):
             w = sc_.get("witness") or []
             if sc_["name"] in ("eager_decode", "eager_prefill") and w:
                 batch = {"q_len": int(w[0][0]), "kv_pages": [int(p) for _q, p, c in w for _ in range(int(c))]}
-                _eager(backend, runner, [batch], rec, calls, errors, sc_["name"])
+                _eager(backend, runner, [batch], rec, calls, errors, sc_["name"], origin="guard")
+                if opts.get("inject"):  # fault injection: shrunk copies of the witness (compare.injected_gap)
+                    for f in (0.95, 0.9, 0.8, 0.7, 0.5):
+                        pages = batch["kv_pages"]
+                        n = max(1, int(len(pages) * f))
+                        for shrunk in ({"q_len": batch["q_len"], "kv_pages": pages[:n]},
+                                       {"q_len": batch["q_len"], "kv_pages": [max(1, int(p * f)) for p in pages]}):
+                            _eager(backend, runner, [shrunk], rec, calls, errors, sc_["name"], origin="inject")
         # ... and an independent random + greedy search for the largest eager plan
         out["search"] = _search(backend, runner, rec, calls, errors, limits, int(opts.get("search", 16)),
                                 int(opts.get("seed", 0)))
+        if opts.get("legacy_search"):
+            out["legacy_search"] = _search_legacy(backend, runner, rec, calls, errors, limits,
+                                                  int(opts["legacy_search"]), int(opts.get("seed", 0)))
     if "det" in phases:
         out["deterministic"] = {k: getattr(backend, k, None) for k in (
             "enable_deterministic", "prefill_split_tile_size", "decode_split_tile_size",
