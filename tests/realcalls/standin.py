@@ -401,8 +401,16 @@ class Standin:
             params["head_dim"] = hd
             params["head_dim_qk"] = hd
             params["head_dim_vo"] = int(b.get("head_dim_vo", hd))
-            params["blocks_per_sm"] = self._occupancy(hd, params["num_qo_heads"] // max(1, params["num_kv_heads"]),
-                                                      _dtype_bytes(kv_dt))
+            if self.kernel_occupancy == "launch":
+                # the planner's own occupancy query answered from the launch it asks about (FlashInfer's
+                # kernel configuration: threads, dynamic shared memory) and the GPU's limits (harness.cu)
+                from tests.realcalls import gpus as table
+
+                params["blocks_per_sm"] = -1
+                params.update(table.limits(self.gpu.cc))
+            else:
+                params["blocks_per_sm"] = self._occupancy(hd, params["num_qo_heads"] // max(1, params["num_kv_heads"]),
+                                                          _dtype_bytes(kv_dt))
             entry.update(qo={"n": params["batch_size"], "sum": params["batch_size"], "min": 1, "max": 1},
                          kv=_lens_summary(indptr))
         for name in ("batch_size", "total_num_rows", "num_qo_heads", "num_kv_heads", "head_dim_qk", "head_dim_vo",

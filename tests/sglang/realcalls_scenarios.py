@@ -232,17 +232,28 @@ def _cpu_only(fb, gpu):
 # ---------------------------------------------------------------- the planner stand-in
 
 def _install_standin(gpu):
-    from guard_core.sizing import AttentionLayout, decode_blocks_per_sm_bound
     from tests.realcalls import standin
 
-    def occupancy(head_dim, group, kv_dtype_bytes):
-        # The CUDA-core decode kernel's occupancy is a driver answer for the compiled kernel,
-        # unknowable here: the planner is given the guard's own upper bound for it, so a
-        # CUDA-core decode case checks the rest of FlashInfer's plan, not the occupancy.
-        return decode_blocks_per_sm_bound(AttentionLayout(group, 1, head_dim, head_dim, 1, kv_dtype_bytes), gpu)
+    # The CUDA-core decode kernel's occupancy is a driver answer for the compiled kernel. Issue 27:
+    # not the guard's bound: FlashInfer's DecodePlan asks cudaOccupancyMaxActiveBlocksPerMultiprocessor
+    # about its own launch (block size, dynamic shared memory from its kernel configuration) and
+    # the planner library answers with the occupancy calculator's threads/blocks/shared-memory
+    # limits for the GPU (NVIDIA's CCCL arch_traits table; registers unknown, so an upper bound).
+    # guard_seam=False: guard_core.gpus.detect_gpu already answers the table GPU (_table_gpu)
+    return standin.install(gpu.name, gpu.num_sms, gpu.cc, kernel_occupancy="launch", guard_seam=False)
 
-    # guard_seam=False: guard_core.gpus.detect_gpu already answers the table GPU (_cpu.use_table_gpu)
-    return standin.install(gpu.name, gpu.num_sms, gpu.cc, kernel_occupancy=occupancy, guard_seam=False)
+
+def _table_gpu(key):
+    """The scenario GPU from the tests' own table (tests/realcalls/gpus.py, not guard_core.gpus),
+    answered at the guard's device seam (``guard_core.gpus.detect_gpu``, which in a server asks
+    torch for the device's name, SM count, capability and shared memory)."""
+    import guard_core.gpus as gpus
+    from tests.realcalls import gpus as table
+
+    name, sms, cc, smem = table.gpu(key)
+    gpu = gpus.Gpu(name, sms, cc, smem)
+    gpus.detect_gpu = lambda device=None: gpu
+    return gpu
 
 
 _KEEP = ("wrapper", "backend", "planner", "batch_size", "total_num_rows", "qo", "kv", "num_qo_heads",
@@ -800,7 +811,7 @@ def run(opts):
     seen = len(_guard_records())  # the guard's records of this run's backends start here
     if opts.get("understate"):
         _understate()
-    gpu = _cpu.use_table_gpu(opts.get("gpu", "h200"))
+    gpu = _table_gpu(opts.get("gpu", "h200"))
     tmp = tempfile.mkdtemp()
     if opts.get("model_cfg"):  # a deployment of tests/sglang/test_deterministic.py
         model = opts["model_cfg"]
