@@ -384,6 +384,7 @@ class Standin:
 
     # -- workspace_size(): FlashInfer's own size-only planner, nothing recorded
     def _workspace_size(self, module: _StandinModule, args: tuple, kwargs: dict):
+        self.workspace_size_calls = getattr(self, "workspace_size_calls", 0) + 1
         b = _bind("prefill", args, dict(kwargs), sig=workspace_size_signature())
         margs = module._module_args
         kv_dt = margs[1] if len(margs) >= 2 else None

@@ -416,11 +416,18 @@ def prediction(builder, module) -> dict:
         gpu = gpus.detect_gpu(getattr(builder, "device", None))
         facts = wf.read_facts(builder, gpu, flashinfer_version())
         limits = facts.limits
+        from tests.realcalls import standin as _st
+
+        asked0 = getattr(_st.installed(), "workspace_size_calls", 0)
         try:
             decided = wf.decide(builder, module)
         except Exception as exc:
             out["decide_error"] = f"{type(exc).__name__}: {exc}"
             traceback.print_exc()
+        # issue 27 item 5: FlashInfer's own workspace_size() asked on the envelope's eager witnesses
+        out["fi_asked"] = getattr(_st.installed(), "workspace_size_calls", 0) - asked0
+        out["fi_disagree"] = [t for k, t in (decided.outcome.warnings if decided is not None else ())
+                              if k == "workspace-fi-size"]
         req = decided.outcome.requirement if decided is not None else None
         if req is None:  # the adapter stood down or did not size: the need for the same facts
             from guard_core.workspace_decision import need

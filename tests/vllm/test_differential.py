@@ -57,6 +57,16 @@ def test_differential_generated_deployments(gpu):
     # the search's own test: every injected gap is found by the search alone
     missed = [s for s in rows if s.get("injected") and not s["found_after"]]
     assert not missed, missed
+    # issue 27 item 5: where FlashInfer has workspace_size() (>= 0.6.15) the adapter asked it for
+    # the envelope's eager witnesses and it agreed with the guard's model; before, it is not asked
+    preds = [p for r in results for p in r["prediction"]]
+    asked = sum(int(p.get("fi_asked") or 0) for p in preds)
+    fi = tuple(int(x) for x in md.version("flashinfer-python").split(".")[:3] if x.isdigit())
+    if fi >= (0, 6, 15):
+        assert asked > 0, "the guard never asked FlashInfer's workspace_size()"
+    else:
+        assert asked == 0
+    assert not [t for p in preds for t in p.get("fi_disagree") or []]
 
 
 def test_injected_gap_needs_the_search():
