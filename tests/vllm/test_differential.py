@@ -111,3 +111,24 @@ def test_search_finds_a_planted_peak():
     for seed in range(5):
         r = search(lim, f, 400, seed)
         assert r["best_float_bytes"] == 100000, (seed, r)
+
+
+def test_compare_finds_each_kind_of_error():
+    """The comparison itself: a hand-made record of each kind of error is reported."""
+    call = {"tag": "capture:8:b0", "wrapper": "BatchDecodeWithPagedKVCacheWrapper", "backend": "fa2",
+            "float_bytes": 10 << 20, "ok": True}
+    pre = {"tag": "eager:x:b0", "wrapper": "BatchPrefillWithPagedKVCacheWrapper", "backend": "fa2",
+           "float_bytes": 1 << 20, "ok": True}
+
+    def rec(need, planners, calls):
+        return {"calls": calls, "prediction": [{"need_bytes": need, "planners": planners}]}
+
+    ok = rec(10 << 20, {"prefill": "fa2", "decode": "fa2"}, [call, pre])
+    assert findings(ok) == []
+    kinds = lambda r: sorted({k for k, _ in findings(r)})  # noqa: E731
+    assert kinds(rec((10 << 20) - 1, {"prefill": "fa2", "decode": "fa2"}, [call, pre])) == ["under"]
+    assert kinds(rec((12 << 20), {"prefill": "fa2", "decode": "fa2"}, [call, pre])) == ["over"]
+    assert kinds(rec(10 << 20, {"prefill": "fa3", "decode": "fa2"}, [call, pre])) == ["mismatch", "never-ran"]
+    assert kinds(rec(10 << 20, {"prefill": "trtllm", "decode": "fa2"}, [call])) == []
+    assert kinds(rec(10 << 20, {"prefill": "fa2", "decode": "fa2"}, [call])) == ["never-ran"]
+    assert kinds(rec(10 << 20, {"prefill": "fa2", "decode": "fa2"}, [call, pre, dict(pre, ok=False)])) == ["overflow"]
