@@ -141,7 +141,8 @@ def main(argv=None) -> int:
     else:
         line = f"sglang-{md.version('sglang')}"
         for opts in sglang_cases(args.seed, args.n):
-            opts = dict(opts, search=args.search, inject=args.inject, **({"legacy_search": 12} if args.before else {}))
+            opts = dict(opts, search=args.search, inject=args.inject, draft_eager=True,
+                        **({"legacy_search": 12} if args.before else {}))
             r = run_sglang(opts)
             r["opts"] = opts
             results.append(r)

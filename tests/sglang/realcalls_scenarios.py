@@ -625,7 +625,50 @@ def _draft_pass(fb, sa, mc, gpu, rec, kv_dtype, opts):
         for c in _calls_since(rec, n0):
             out["calls"].append(dict(c, phase="cuda_graph_draft_decode", batch=bs, q_len=1))
     out["capture_bs"] = list(capture_bs)
+    if opts.get("draft_eager"):
+        _draft_eager(draft, runner, rec, out, topk, steps, int(sa.max_running_requests or pool),
+                     int(opts.get("context", 8192)))
     return out
+
+
+def _draft_eager(draft, runner, rec, out, topk, steps, max_running, context):
+    """Issue 27: the draft's eager batches through SGLang's own draft path
+    (``FlashInferMultiStepDraftBackend.init_forward_metadata``, each step's backend planning its
+    decode): batch sizes 1, 2, 4, ... up to the running-request limit, each with every request at
+    a quarter, half and all of the context (what the server's limits allow; nothing from
+    guard_core). Calls are phase ``eager_draft_decode``."""
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
+
+    try:
+        from sglang.srt.speculative.eagle_info import EagleDraftInput
+    except ImportError:  # older layout
+        from sglang.srt.speculative.eagle_utils import EagleDraftInput
+
+    sizes = sorted({min(max_running, 1 << k) for k in range(0, 12)} | {max_running})
+    for bs in sizes:
+        for seq in sorted({max(steps + 2, context // 4), max(steps + 2, context // 2), context - steps - 1}):
+            n = bs * topk
+            spec_info = EagleDraftInput(topk_p=torch.zeros((bs, topk)),
+                                        topk_index=torch.zeros((bs, topk), dtype=torch.int64),
+                                        hidden_states=torch.zeros((bs, 8)))
+            seq_lens = torch.full((bs,), seq, dtype=torch.int32)
+            kw = dict(forward_mode=ForwardMode.DECODE, batch_size=bs, input_ids=torch.zeros((n,), dtype=torch.int64),
+                      req_pool_indices=torch.arange(bs, dtype=torch.int32), seq_lens=seq_lens,
+                      seq_lens_cpu=seq_lens.clone(), seq_lens_sum=int(seq_lens.sum()),
+                      out_cache_loc=torch.zeros((n * steps,), dtype=torch.int64),
+                      positions=torch.full((n,), seq, dtype=torch.int64), spec_info=spec_info,
+                      spec_algorithm=runner.spec_algorithm, req_to_token_pool=runner.req_to_token_pool)
+            fields = set(getattr(ForwardBatch, "__dataclass_fields__", {}))
+            fwd = ForwardBatch(**{k: v for k, v in kw.items() if not fields or k in fields})
+            n0 = len(rec.calls)
+            rec.tag = "draft_eager"
+            try:
+                draft.init_forward_metadata(fwd)
+            except Exception as e:
+                out["errors"].append({"phase": "draft_eager", "batch": bs, "error": f"{type(e).__name__}: {e}"})
+            for c in _calls_since(rec, n0):
+                out["calls"].append(dict(c, phase="eager_draft_decode", batch=bs, q_len=1, seq=seq))
 
 
 def _search(backend, runner, rec, calls, errors, limits, budget, seed):

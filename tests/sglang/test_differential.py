@@ -44,15 +44,23 @@ def test_differential_generated_deployment(opts):
     from test_realcalls import realcalls
 
     run_opts = {k: v for k, v in opts.items() if k != "source"}
-    r = realcalls(phases=["capture", "eager"], inject=True, **run_opts).result
-    found = sglang_findings(r)
+    r = realcalls(phases=["capture", "eager"], inject=True, draft_eager=True, **run_opts).result
+    # the draft's eager batches are replayed through SGLang's multi-step draft backend and compared
+    # in both directions; an "over" on the draft is printed, not failed: the draft-extend backend
+    # (a FlashInferAttnBackend sharing the buffer) is not replayed, so the draft envelope's extend
+    # part has no real call to meet (issue 27, left)
+    found = sglang_findings(r, draft_over=False)
+    for kind, detail in sglang_findings(r):
+        if kind == "over" and detail.startswith("draft"):
+            print(f"\nnote (draft over, extend not replayed): {detail}")
     calls = len(r["calls"]) + len((r.get("draft") or {}).get("calls") or [])
     real = max([c["float_bytes"] for c in r["calls"]] + [c["float_bytes"] for c in (r.get("draft") or {}).get("calls") or []])
     rows = sglang_search_stats(r)
     print(f"\n{sglang_launch_command(opts, LINE)}: {calls} planning calls, real largest {real} B, "
           f"guard {r['prediction'] and r['prediction'].get('float_bytes')} B; " + summarize(rows))
     assert calls > 0
-    again = f"python tests/sglang/realcalls_scenarios.py run '{json.dumps(dict(run_opts, phases=['capture', 'eager']))}'"
+    again = ("python tests/sglang/realcalls_scenarios.py run "
+             f"'{json.dumps(dict(run_opts, phases=['capture', 'eager'], inject=True, draft_eager=True))}'")
     assert not found, sglang_launch_command(opts, LINE) + " | " + "; ".join(f"{k}: {d}" for k, d in found) + \
         " | rerun: " + again
     assert (r.get("search") or {}).get("evaluations"), "the worst-case search did not run"
