@@ -124,7 +124,7 @@ def main(argv=None) -> int:
     import importlib.metadata as md
 
     t0 = time.time()
-    rows, lines, bad, calls, ratios, results = [], [], 0, 0, [], []
+    rows, lines, bad, calls, ratios, results, notes = [], [], 0, 0, [], [], []
     if args.framework == "vllm":
         line = f"vllm-{md.version('vllm')}"
         for gpu in args.gpus.split(","):
@@ -146,7 +146,10 @@ def main(argv=None) -> int:
             r = run_sglang(opts)
             r["opts"] = opts
             results.append(r)
-            found = [("setup", r["setup_error"])] if r.get("setup_error") else sglang_findings(r)
+            found = [("setup", r["setup_error"])] if r.get("setup_error") else sglang_findings(r, draft_over=False)
+            notes += [f"note (draft over, draft-extend not replayed): {sglang_launch_command(opts, line)} | {d}"
+                      for k, d in ([] if r.get("setup_error") else sglang_findings(r))
+                      if k == "over" and d.startswith("draft")]
             if found:
                 bad += 1
                 run_opts = {k: v for k, v in opts.items() if k != "source"}
@@ -156,7 +159,7 @@ def main(argv=None) -> int:
             if not r.get("setup_error"):
                 rows += sglang_search_stats(r)
                 calls += len(r.get("calls") or []) + len((r.get("draft") or {}).get("calls") or [])
-    for ln in lines:
+    for ln in lines + notes:
         print(ln)
     if args.json:
         with open(args.json, "w") as f:
