@@ -19,7 +19,7 @@ if str(REPO) not in sys.path:
 
 from tests.common import forkserver  # noqa: E402
 
-N = int(os.environ.get("FLASHINFER_GUARD_WS_SIZE_N", "100"))
+N = int(os.environ.get("FLASHINFER_GUARD_WS_SIZE_N", "60"))
 
 
 def _key(v):
