@@ -192,9 +192,15 @@ def search_stats(result: dict, *, slack: int = MIB) -> list[dict]:
         indep = _best(calls, ("fixed", "search"))
         guard = _best(calls, ("guard",))
         graphs = max((int(c.get("float_bytes") or 0) for c in calls if _graph(c)), default=0)
+        dom = pred.get("dominant") or {}
+        # a CUDA-graph scenario has no witness batch (vLLM also plans one-token decodes of eager
+        # steps through its graph wrapper, which the capture replay does not make): its number is
+        # checked by the under/over comparison alone
+        witnessed = any(x.get("witness") for x in pred.get("scenarios") or []
+                        if x.get("name") == dom.get("name") and x.get("batch") == dom.get("batch"))
         row = {"builder": i, "need": need, "expected": indep, "guard_batches": guard, "graphs": graphs,
                "reach": indep >= need, "near": indep >= need - slack,
-               "witness_ok": max(guard, graphs) >= need - slack}
+               "witness_ok": max(guard, graphs) >= need - slack or not (witnessed or str(dom.get("name", "")).startswith("eager"))}
         row.update(injected_gap(calls))
         out.append(row)
     return out
