@@ -743,7 +743,15 @@ static std::string prefill_workspace_size(const Params& P, size_t& fbytes, size_
       (uint32_t)P.i("head_dim_qk", hd), (uint32_t)P.i("head_dim_vo", hd), (uint32_t)P.i("page_size", 1),
       P.b("enable_cuda_graph", false), /*sizeof_dtype_o=*/2, (int32_t)P.i("window_left", -1),
       (int32_t)P.i("fixed_split_size", -1), P.b("disable_split_kv", false), P.i("num_colocated_ctas", 0),
-      P.i("uniform_q_len", 0), /*stream=*/nullptr, (uint32_t)P.i("kv_dtype_bytes", 2));
+      P.i("uniform_q_len", 0),
+#ifdef FIG_HAS_FIXED_UNIFORM
+      P.b("fixed_uniform_q_len", false),
+#endif
+      /*stream=*/nullptr
+#ifdef FIG_HAS_KV_DTYPE
+      , (uint32_t)P.i("kv_dtype_bytes", 2)
+#endif
+  );
   if (st != cudaSuccess) return std::string("PrefillPlanWorkspaceSize returned ") + cudaGetErrorString(st);
   return "";
 }
