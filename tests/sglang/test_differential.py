@@ -36,6 +36,8 @@ SEED = int(os.environ.get("FLASHINFER_GUARD_DIFF_SEED", "17"))
 N = int(os.environ.get("FLASHINFER_GUARD_DIFF_N", "1"))
 LINE = f"sglang-{md.version('sglang')}"
 CASES = sglang_cases(SEED, N)
+if os.environ.get("FLASHINFER_GUARD_DIFF_SEARCH"):  # evaluations of the worst-case search (ci/matrix.sh: 800)
+    CASES = [dict(c, search=int(os.environ["FLASHINFER_GUARD_DIFF_SEARCH"])) for c in CASES]
 DET_CASES = sglang_deterministic_cases(SEED, N)
 
 

@@ -36,15 +36,17 @@ from tests.differential.compare import findings, injected_gap, search_stats  # n
 SEED = int(os.environ.get("FLASHINFER_GUARD_DIFF_SEED", "17"))
 N = int(os.environ.get("FLASHINFER_GUARD_DIFF_N", "2"))
 GPUS = os.environ.get("FLASHINFER_GUARD_DIFF_GPUS", "h100,b300").split(",")
+# evaluations of the worst-case search per builder (default tests/differential/space.py SEARCH_BUDGET)
+SEARCH = int(os.environ["FLASHINFER_GUARD_DIFF_SEARCH"]) if os.environ.get("FLASHINFER_GUARD_DIFF_SEARCH") else None
 LINE = f"vllm-{md.version('vllm')}"
 
 
 @pytest.mark.parametrize("gpu", GPUS)
 def test_differential_generated_deployments(gpu):
-    results = run_vllm(gpu, SEED, N, inject=True)
+    results = run_vllm(gpu, SEED, N, inject=True, search=SEARCH)
     assert len(results) == N, [r.get("setup_error") for r in results]
     bad, lines = report(results, LINE, rerun=lambda r: rerun_command("vllm", seed=SEED, n=N, gpu=gpu,
-                                                                     case=r.get("case")))
+                                                                     case=r.get("case"), search=SEARCH))
     calls = sum(len(r.get("calls") or []) for r in results)
     rows = [dict(s, case=r["case"]) for r in results for s in search_stats(r)]
     print(f"\n{LINE} {gpu}: {len(results)} deployments, {calls} planning calls, {bad} with findings; "
