@@ -57,6 +57,7 @@ for line in "${lines[@]}"; do
   if [ "$fw" = vllm ]; then
     # the differential search: a larger seeded sample than the default run (issue 17)
     FLASHINFER_GUARD_DIFF_N="${FLASHINFER_GUARD_MATRIX_DIFF_N:-4}" \
+      FLASHINFER_GUARD_DIFF_SEARCH="${FLASHINFER_GUARD_MATRIX_DIFF_SEARCH:-800}" \
       FLASHINFER_GUARD_DIFF_GPUS="${FLASHINFER_GUARD_MATRIX_DIFF_GPUS:-a100,l40s,h100,h200,b200,b300,rtx6000}" \
       FLASHINFER_GUARD_VLLM_LINE="$ver" FLASHINFER_GUARD_VLLM_FULL=1 HF_HUB_OFFLINE=1 \
       FLASHINFER_GUARD_SCENARIO_LOGS="$out/$line-scenarios" \
@@ -64,6 +65,7 @@ for line in "${lines[@]}"; do
       > "$out/$line.pytest.log" 2>&1 || status=1
   else
     FLASHINFER_GUARD_DIFF_N="${FLASHINFER_GUARD_MATRIX_DIFF_N:-4}" \
+      FLASHINFER_GUARD_DIFF_SEARCH="${FLASHINFER_GUARD_MATRIX_DIFF_SEARCH:-800}" \
       "$py" -m pytest -q -p no:cacheprovider -n 2 tests/sglang --junitxml="$out/$line.xml" -o junit_suite_name="$line" \
       > "$out/$line.pytest.log" 2>&1 || status=1
   fi

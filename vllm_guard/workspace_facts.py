@@ -277,6 +277,50 @@ def decide(builder, module) -> BuilderDecision | None:
         )
         return None
     facts = read_facts(builder, gpu, fi)
-    out = workspace_decision.decide(facts, server_bytes=server, user_bytes=user, settings=settings)
+    computed = None
+    if settings.workspace != "off" and facts.gpu is not None and facts.layout is not None:
+        from guard_core.flashinfer.ask import cross_check
+
+        computed = cross_check(workspace_decision.need(facts), _flashinfer_asker(builder, facts))
+    out = workspace_decision.decide(facts, server_bytes=server, user_bytes=user, settings=settings,
+                                    computed=computed)
     _warn(out.warnings)
     return BuilderDecision(facts, server, out)
+
+
+def _flashinfer_asker(builder, facts):
+    """FlashInfer's own ``BatchPrefillWithPagedKVCacheWrapper.workspace_size(...)`` (FlashInfer
+    >= 0.6.15, PR #3741) for a witness batch of the guard's envelope, with this builder's heads,
+    head dim, page size, window and dtypes (guard_core.flashinfer.ask.cross_check). Returns a
+    function that answers None where FlashInfer has no such method; one wrapper, made on first
+    use (FlashInfer's constructor allocates its 8 MiB int buffer)."""
+    state = {}
+
+    def ask(scenario):
+        import flashinfer
+        import torch
+
+        from guard_core.flashinfer.ask import witness_indptrs
+
+        W = getattr(flashinfer, "BatchPrefillWithPagedKVCacheWrapper", None)
+        if W is None or not hasattr(W, "workspace_size"):
+            return None
+        if "w" not in state:
+            dev = getattr(builder, "device", None) or "cuda"
+            state["w"] = W(torch.empty(1024, dtype=torch.uint8, device=dev), "NHD", backend="fa2")
+        lay = facts.layout
+        qo, kv = witness_indptrs(scenario.witness)
+        page = int(builder.page_size)
+        n = len(qo) - 1
+        q_dt = getattr(builder, "q_data_type_prefill", None) or getattr(builder, "q_data_type", None)
+        kv_dt = getattr(builder, "kv_cache_dtype", None)
+        f, _ = state["w"].workspace_size(
+            torch.tensor(qo, dtype=torch.int32), torch.tensor(kv, dtype=torch.int32),
+            torch.zeros(kv[-1], dtype=torch.int32), torch.full((n,), page, dtype=torch.int32),
+            int(builder.num_qo_heads), int(builder.num_kv_heads), int(builder.head_dim), page,
+            head_dim_vo=int(lay.head_dim_vo), causal=True, window_left=int(lay.window_left),
+            q_data_type=q_dt if isinstance(q_dt, torch.dtype) else torch.bfloat16,
+            kv_data_type=kv_dt if isinstance(kv_dt, torch.dtype) else None)
+        return int(f)
+
+    return ask

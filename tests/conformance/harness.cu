@@ -56,6 +56,17 @@
 // (false), kv_dtype_bytes (2), causal (false), num_sms (132), cc_major (9), cc_minor (0),
 // blocks_per_sm (1), max_smem_per_sm / max_smem_per_block_optin (defaults from cc),
 // float_workspace_bytes / int_workspace_bytes (default: effectively unlimited).
+// blocks_per_sm -1: the occupancy query answers from the launch the planner asks about
+// (its block size and dynamic shared memory, FlashInfer's own kernel configuration) and the
+// GPU's limits: with FIG_HAS_ARCH_TRAITS (the CCCL headers FlashInfer's wheel ships, 0.6.x+)
+// NVIDIA's own per-compute-capability table, cuda::arch_traits_for (cuda/__device/arch_traits.h:
+// max threads, max blocks and shared memory per SM, shared memory reserved per block); without
+// it the request's max_threads_per_sm, max_blocks_per_sm, reserved_smem_per_block (1024),
+// max_smem_per_sm. Registers are not known without the compiled kernel, so this is an upper
+// bound (the occupancy calculator's threads/blocks/shared-memory limits).
+// planner "prefill_workspace_size" (FIG_HAS_WS_SIZE, FlashInfer >= 0.7.0): FlashInfer's own
+// PrefillPlanWorkspaceSize (the size-only planner behind the wrappers' workspace_size(), PR
+// #3741) with the prefill params; replies float_workspace_size, int_workspace_size.
 
 #include <sys/mman.h>
 
@@ -70,6 +81,9 @@
 #include <vector>
 
 #include <cuda_runtime_api.h>
+#ifdef FIG_HAS_ARCH_TRAITS
+#include <cuda/__device/arch_traits.h>
+#endif
 
 #include <flashinfer/allocator.h>
 
@@ -117,7 +131,34 @@ namespace fig {
 struct Device {
   int num_sms = 132, cc_major = 9, cc_minor = 0, blocks_per_sm = 1;
   int smem_per_sm = 233472, smem_optin = 232448, smem_per_block = 49152;
+  int max_threads_per_sm = 2048, max_blocks_per_sm = 32, reserved_smem_per_block = 1024;
+  long long last_block_size = -1, last_smem = -1;  // the last occupancy query's launch
 };
+// blocks_per_sm < 0: the occupancy calculator's bound for this launch (threads, blocks, smem)
+static int occupancy_of(Device& d, int block_size, size_t smem) {
+  d.last_block_size = block_size;
+  d.last_smem = (long long)smem;
+  if (d.blocks_per_sm >= 0) return d.blocks_per_sm;
+  long long max_threads = d.max_threads_per_sm, max_blocks = d.max_blocks_per_sm;
+  long long smem_sm = d.smem_per_sm, reserved = d.reserved_smem_per_block;
+#ifdef FIG_HAS_ARCH_TRAITS
+  {
+    auto t = ::cuda::arch_traits_for(::cuda::compute_capability{d.cc_major * 10 + d.cc_minor});
+    max_threads = t.max_threads_per_multiprocessor;
+    max_blocks = t.max_blocks_per_multiprocessor;
+    smem_sm = (long long)t.max_shared_memory_per_multiprocessor;
+    reserved = (long long)t.reserved_shared_memory_per_block;
+  }
+#endif
+  int warps = (block_size + 31) / 32;
+  int by_threads = warps ? (int)(max_threads / (warps * 32)) : (int)max_blocks;
+  long long per_block = (long long)smem + reserved;
+  int by_smem = per_block > 0 ? (int)(smem_sm / per_block) : (int)max_blocks;
+  int n = (int)max_blocks;
+  if (by_threads < n) n = by_threads;
+  if (by_smem < n) n = by_smem;
+  return n;
+}
 static Device g_dev;
 }  // namespace fig
 
@@ -152,14 +193,14 @@ cudaError_t CUDARTAPI cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr att
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* numBlocks, const void*,
-                                                                    int, size_t) {
-  *numBlocks = fig::g_dev.blocks_per_sm;
+                                                                    int block_size, size_t smem) {
+  *numBlocks = fig::occupancy_of(fig::g_dev, block_size, smem);
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* numBlocks,
-                                                                             const void*, int,
-                                                                             size_t, unsigned int) {
-  *numBlocks = fig::g_dev.blocks_per_sm;
+                                                                             const void*, int block_size,
+                                                                             size_t smem, unsigned int) {
+  *numBlocks = fig::occupancy_of(fig::g_dev, block_size, smem);
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaFuncSetAttribute(const void*, enum cudaFuncAttribute, int) {
@@ -407,6 +448,9 @@ static void set_device(const Params& P) {
   else if (cc == 70 || cc == 72) { sm_kb = 96; optin_kb = 96; }
   else if (cc == 75) { sm_kb = 64; optin_kb = 64; }
   d.smem_per_sm = (int)P.i("max_smem_per_sm", sm_kb * 1024);
+  d.max_threads_per_sm = (int)P.i("max_threads_per_sm", 2048);
+  d.max_blocks_per_sm = (int)P.i("max_blocks_per_sm", 32);
+  d.reserved_smem_per_block = (int)P.i("reserved_smem_per_block", 1024);
   d.smem_optin = (int)P.i("max_smem_per_block_optin", optin_kb * 1024);
   g_dev = d;
 }
@@ -682,6 +726,37 @@ static uint64_t total_of(const std::vector<Alloc>& a, const char* buf) {
   return t;
 }
 
+#ifdef FIG_HAS_WS_SIZE
+// FlashInfer's own size-only prefill planner (scheduler.cuh PrefillPlanWorkspaceSize, what
+// csrc/batch_prefill.cu BatchPrefillWithKVCacheWorkspaceSize calls for the wrappers'
+// workspace_size()): the float and int workspace a plan() with these params needs.
+static std::string prefill_workspace_size(const Params& P, size_t& fbytes, size_t& ibytes) {
+  auto qo = P.arr("qo_indptr");
+  auto kv = P.arr("kv_indptr");
+  uint32_t batch_size = (uint32_t)P.i("batch_size", qo.empty() ? 0 : (long long)qo.size() - 1);
+  if (qo.size() < batch_size + 1 || kv.size() < batch_size + 1)
+    throw std::runtime_error("harness: qo_indptr/kv_indptr shorter than batch_size + 1");
+  long long hd = P.i("head_dim", 128);
+  cudaError_t st = flashinfer::PrefillPlanWorkspaceSize<int32_t>(
+      fbytes, ibytes, qo.data(), kv.data(), (uint32_t)P.i("total_num_rows", qo[batch_size]), batch_size,
+      (uint32_t)P.i("num_qo_heads", 32), (uint32_t)P.i("num_kv_heads", P.i("num_qo_heads", 32)),
+      (uint32_t)P.i("head_dim_qk", hd), (uint32_t)P.i("head_dim_vo", hd), (uint32_t)P.i("page_size", 1),
+      P.b("enable_cuda_graph", false), /*sizeof_dtype_o=*/2, (int32_t)P.i("window_left", -1),
+      (int32_t)P.i("fixed_split_size", -1), P.b("disable_split_kv", false), P.i("num_colocated_ctas", 0),
+      P.i("uniform_q_len", 0),
+#ifdef FIG_HAS_FIXED_UNIFORM
+      P.b("fixed_uniform_q_len", false),
+#endif
+      /*stream=*/nullptr
+#ifdef FIG_HAS_KV_DTYPE
+      , (uint32_t)P.i("kv_dtype_bytes", 2)
+#endif
+  );
+  if (st != cudaSuccess) return std::string("PrefillPlanWorkspaceSize returned ") + cudaGetErrorString(st);
+  return "";
+}
+#endif
+
 static std::string handle(const JVal& req) {
   const JVal* idv = req.get("id");
   std::string id = idv ? (idv->t == JVal::STR ? idv->s : std::to_string(idv->i)) : "";
@@ -691,6 +766,24 @@ static std::string handle(const JVal& req) {
   std::string planner = pl && pl->t == JVal::STR ? pl->s : "prefill";
   Params P{req.get("params")};
   Result R;
+  if (planner == "prefill_workspace_size") {
+#ifdef FIG_HAS_WS_SIZE
+    try {
+      set_device(P);
+      size_t fb = 0, ib = 0;
+      std::string err = prefill_workspace_size(P, fb, ib);
+      if (err.empty())
+        out << ",\"ok\":true,\"float_workspace_size\":" << fb << ",\"int_workspace_size\":" << ib << "}";
+      else
+        out << ",\"ok\":false,\"error\":" << jstr(err) << "}";
+    } catch (const std::exception& e) {
+      out << ",\"ok\":false,\"error\":" << jstr(e.what()) << "}";
+    }
+#else
+    out << ",\"ok\":false,\"error\":\"this FlashInfer has no PrefillPlanWorkspaceSize\"}";
+#endif
+    return out.str();
+  }
   if (planner == "device_info" || planner == "decode_occupancy") {
     try {
       set_device(P);
@@ -699,7 +792,8 @@ static std::string handle(const JVal& req) {
       } else {
         uint32_t q = (uint32_t)P.i("num_qo_heads", 32), kv = (uint32_t)P.i("num_kv_heads", q);
         int n = decode_occupancy((uint32_t)P.i("head_dim", 128), kv ? q / kv : 0);
-        out << ",\"ok\":true,\"blocks_per_sm\":" << n << "}";
+        out << ",\"ok\":true,\"blocks_per_sm\":" << n << ",\"block_size\":" << g_dev.last_block_size
+            << ",\"dynamic_smem\":" << g_dev.last_smem << "}";
       }
     } catch (const std::exception& e) {
       out << ",\"ok\":false,\"error\":" << jstr(e.what()) << "}";

@@ -234,6 +234,8 @@ def features_of(text: str) -> dict:
         "fixed_uniform_q_len": "fixed_uniform_q_len" in params,
         "kv_dtype_bytes": "kv_dtype_bytes" in sig,
         "sm90_signature_known": "kv_len_arr_h" in sig90 and "staged" not in sig90,
+        # FlashInfer's size-only planner behind the wrappers' workspace_size() (PR #3741)
+        "workspace_size": "PrefillPlanWorkspaceSize" in text,
     }
 
 
@@ -249,14 +251,19 @@ def flags_for(rdir: Path, feats: dict, real_cuda: bool = False, label: str = "")
         raise OracleError(f"{label or rdir}: unexpected PrefillSM90Plan signature; update harness.cu")
     flags = ["-std=c++17", "-O1", "-w", "-Xcompiler", "-w"]
     macro = {"num_colocated_ctas": "FIG_HAS_COLOCATED", "uniform_q_len": "FIG_HAS_UNIFORM",
-             "fixed_uniform_q_len": "FIG_HAS_FIXED_UNIFORM", "kv_dtype_bytes": "FIG_HAS_KV_DTYPE"}
+             "fixed_uniform_q_len": "FIG_HAS_FIXED_UNIFORM", "kv_dtype_bytes": "FIG_HAS_KV_DTYPE",
+             "workspace_size": "FIG_HAS_WS_SIZE"}
     for key, m in macro.items():
-        if feats[key]:
+        if feats.get(key):
             flags.append(f"-D{m}")
     flags.append(f"-I{rdir / 'include'}")
     cccl = rdir / "cccl"
     if (cccl / "libcudacxx/include").is_dir():
         flags += [f"-I{cccl / 'libcudacxx/include'}", f"-I{cccl / 'cub'}", f"-I{cccl / 'thrust'}"]
+        traits = cccl / "libcudacxx/include/cuda/__device/arch_traits.h"
+        if traits.is_file() and "arch_traits_for" in traits.read_text():
+            # NVIDIA's per-compute-capability limits, for the occupancy bound (harness.cu)
+            flags.append("-DFIG_HAS_ARCH_TRAITS")
     if real_cuda:
         # Real CUDA runtime and the real decode kernel (its occupancy is asked of the driver).
         # Flags as FlashInfer's JIT (jit/cpp_ext.py) compiles batch_decode.

@@ -67,6 +67,10 @@ SHAPES = (
     ("google/gemma-4-31b-it (full-attention layers)", 16, 2, 512),
 )
 
+# evaluations of the worst-case search (tests/differential/search.py) per builder; the command
+# line (python -m tests.differential --search N) sets any other
+SEARCH_BUDGET = 400
+
 VLLM_GPUS = ("a100", "l40s", "h100", "h200", "b200", "b300", "rtx6000")
 
 
@@ -105,7 +109,7 @@ def vllm_cases(seed: int, n: int, gpu: str, head_sizes=(64, 128, 256, 512), trtl
             cudagraphs=rng.random() > 0.25,
             disable_q_quant=rng.random() < 0.2,
             trtllm=rng.choice([None, None, None, False]) if trtllm_gpu else None,
-            search=24, seed=seed * 1000 + i, eager=True, source=name)
+            search=SEARCH_BUDGET, seed=seed * 1000 + i, eager=True, source=name)
         if case["max_num_batched_tokens"] < case["max_num_seqs"]:
             case["max_num_batched_tokens"] = case["max_num_seqs"]
         out.append(case)
@@ -141,7 +145,7 @@ def sglang_cases(seed: int, n: int):
         ctx = rng.choice([4096, 8192, 16384])
         opts = {"shape": [q // tp, max(1, kv // tp), hd], "source": f"{name} (TP {tp})",
                 "kv": rng.choice(["auto", "auto", "fp8"]), "context": ctx, "kv_width": ctx + 64,
-                "max_bs": rng.choice([None, 32, 64, 160]), "search": 12, "seed": seed * 1000 + i,
+                "max_bs": rng.choice([None, 32, 64, 160]), "search": SEARCH_BUDGET, "seed": seed * 1000 + i,
                 "gpu": rng.choice(["h200", "h100", "l40s", "a100"])}
         if spec == "eagle":
             opts.update(draft_tokens=rng.choice([2, 4]), topk=1)

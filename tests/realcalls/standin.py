@@ -194,8 +194,19 @@ def plan_signatures() -> dict[str, list[tuple[str, str | None]]]:
     }
 
 
-def _bind(kind: str, args: tuple, kwargs: dict) -> dict:
-    sig = plan_signatures()[kind]
+@functools.lru_cache(maxsize=1)
+def workspace_size_signature() -> list[tuple[str, str | None]] | None:
+    """The FA2 module's workspace_size() parameters (csrc/batch_prefill.cu
+    BatchPrefillWithKVCacheWorkspaceSize), None where this release has no size-only planner."""
+    _, data = installed_flashinfer()
+    text = (data / "csrc" / "batch_prefill.cu").read_text()
+    if "BatchPrefillWithKVCacheWorkspaceSize" not in text:
+        return None
+    return _params_of(text, "BatchPrefillWithKVCacheWorkspaceSize")
+
+
+def _bind(kind: str, args: tuple, kwargs: dict, sig=None) -> dict:
+    sig = sig if sig is not None else plan_signatures()[kind]
     if len(args) > len(sig):
         raise TypeError(f"{kind} plan() takes {len(sig)} arguments in this release, got {len(args)}")
     bound = {}
@@ -324,6 +335,21 @@ class _StandinModule:
     def plan(self, *args, **kwargs):
         return self._standin._plan(self, args, kwargs)
 
+    @property
+    def workspace_size(self):
+        """The compiled module's size-only planner (FlashInfer >= 0.6.15, PR #3741), where the
+        installed csrc has it: FA2's ``BatchPrefillWithKVCacheWorkspaceSize`` runs FlashInfer's own
+        ``PrefillPlanWorkspaceSize`` in the planner library. FA3 modules have none (None, as the
+        real module's getattr gives the wrapper); the CUDA-core decode module's is not stood in."""
+        if self._kind == "sm90" or workspace_size_signature() is None:
+            return None
+        if self._kind == "decode":
+            def not_stood_in(*a, **k):
+                raise StandinError("flashinfer-guard planner stand-in: the CUDA-core decode module's workspace_size "
+                                   "is not stood in (DecodePlanWorkspaceSize is a template over the kernel)")
+            return not_stood_in
+        return lambda *a, **k: self._standin._workspace_size(self, a, k)
+
     def __getattr__(self, name):
         if name.startswith("_"):
             raise AttributeError(name)
@@ -355,6 +381,27 @@ class Standin:
 
     def get_batch_decode_module(self, *args):
         return _StandinModule(self, "decode", "decode", args)
+
+    # -- workspace_size(): FlashInfer's own size-only planner, nothing recorded
+    def _workspace_size(self, module: _StandinModule, args: tuple, kwargs: dict):
+        self.workspace_size_calls = getattr(self, "workspace_size_calls", 0) + 1
+        b = _bind("prefill", args, dict(kwargs), sig=workspace_size_signature())
+        margs = module._module_args
+        kv_dt = margs[1] if len(margs) >= 2 else None
+        params = {"num_sms": self.gpu.num_sms, "cc_major": self.gpu.cc[0], "cc_minor": self.gpu.cc[1],
+                  "qo_indptr": _ints(b["qo_indptr"]), "kv_indptr": _ints(b["kv_indptr"]),
+                  "kv_dtype_bytes": _dtype_bytes(kv_dt)}
+        for name in ("total_num_rows", "batch_size", "num_qo_heads", "num_kv_heads", "page_size", "head_dim_qk",
+                     "head_dim_vo", "window_left", "fixed_split_size", "num_colocated_ctas", "uniform_q_len"):
+            if name in b:
+                params[name] = int(b[name])
+        for name in ("enable_cuda_graph", "disable_split_kv"):
+            if name in b:
+                params[name] = bool(b[name])
+        reply = self.planner.request("prefill_workspace_size", params)
+        if not reply.get("ok"):
+            raise RuntimeError(reply.get("error"))
+        return [int(reply["float_workspace_size"]), int(reply["int_workspace_size"])]
 
     # -- plan()
     def _occupancy(self, head_dim: int, group: int, kv_bytes: int) -> int:
@@ -401,8 +448,16 @@ class Standin:
             params["head_dim"] = hd
             params["head_dim_qk"] = hd
             params["head_dim_vo"] = int(b.get("head_dim_vo", hd))
-            params["blocks_per_sm"] = self._occupancy(hd, params["num_qo_heads"] // max(1, params["num_kv_heads"]),
-                                                      _dtype_bytes(kv_dt))
+            if self.kernel_occupancy == "launch":
+                # the planner's own occupancy query answered from the launch it asks about (FlashInfer's
+                # kernel configuration: threads, dynamic shared memory) and the GPU's limits (harness.cu)
+                from tests.realcalls import gpus as table
+
+                params["blocks_per_sm"] = -1
+                params.update(table.limits(self.gpu.cc))
+            else:
+                params["blocks_per_sm"] = self._occupancy(hd, params["num_qo_heads"] // max(1, params["num_kv_heads"]),
+                                                          _dtype_bytes(kv_dt))
             entry.update(qo={"n": params["batch_size"], "sum": params["batch_size"], "min": 1, "max": 1},
                          kv=_lens_summary(indptr))
         for name in ("batch_size", "total_num_rows", "num_qo_heads", "num_kv_heads", "head_dim_qk", "head_dim_vo",

@@ -232,17 +232,28 @@ def _cpu_only(fb, gpu):
 # ---------------------------------------------------------------- the planner stand-in
 
 def _install_standin(gpu):
-    from guard_core.flashinfer.sizing import AttentionLayout, decode_blocks_per_sm_bound
     from tests.realcalls import standin
 
-    def occupancy(head_dim, group, kv_dtype_bytes):
-        # The CUDA-core decode kernel's occupancy is a driver answer for the compiled kernel,
-        # unknowable here: the planner is given the guard's own upper bound for it, so a
-        # CUDA-core decode case checks the rest of FlashInfer's plan, not the occupancy.
-        return decode_blocks_per_sm_bound(AttentionLayout(group, 1, head_dim, head_dim, 1, kv_dtype_bytes), gpu)
+    # The CUDA-core decode kernel's occupancy is a driver answer for the compiled kernel. Issue 27:
+    # not the guard's bound: FlashInfer's DecodePlan asks cudaOccupancyMaxActiveBlocksPerMultiprocessor
+    # about its own launch (block size, dynamic shared memory from its kernel configuration) and
+    # the planner library answers with the occupancy calculator's threads/blocks/shared-memory
+    # limits for the GPU (NVIDIA's CCCL arch_traits table; registers unknown, so an upper bound).
+    # guard_seam=False: guard_core.gpus.detect_gpu already answers the table GPU (_table_gpu)
+    return standin.install(gpu.name, gpu.num_sms, gpu.cc, kernel_occupancy="launch", guard_seam=False)
 
-    # guard_seam=False: guard_core.gpus.detect_gpu already answers the table GPU (_cpu.use_table_gpu)
-    return standin.install(gpu.name, gpu.num_sms, gpu.cc, kernel_occupancy=occupancy, guard_seam=False)
+
+def _table_gpu(key):
+    """The scenario GPU from the tests' own table (tests/realcalls/gpus.py, not guard_core.gpus),
+    answered at the guard's device seam (``guard_core.gpus.detect_gpu``, which in a server asks
+    torch for the device's name, SM count, capability and shared memory)."""
+    import guard_core.gpus as gpus
+    from tests.realcalls import gpus as table
+
+    name, sms, cc, smem = table.gpu(key)
+    gpu = gpus.Gpu(name, sms, cc, smem)
+    gpus.detect_gpu = lambda device=None: gpu
+    return gpu
 
 
 _KEEP = ("wrapper", "backend", "planner", "batch_size", "total_num_rows", "qo", "kv", "num_qo_heads",
@@ -429,14 +440,19 @@ def _capture(fb, backend, runner, sa, rec, calls, errors):
     return capture_bs
 
 
-def _eager(backend, runner, batches, rec, calls, errors, kind):
+def _eager(backend, runner, batches, rec, calls, errors, kind, origin="fixed"):
+    """Each batch through SGLang's init_forward_metadata: ``kv_pages`` (page size 1: tokens)
+    per request, ``q_len`` (one query length) or ``q_lens`` (one per request, an extend batch).
+    Calls carry ``origin``: where the batch came from (``guard``: a guard_core witness; ``search``:
+    tests/differential/search.py; ``fixed``)."""
     import torch
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
     for b in batches:
         kv = [int(p) for p in b["kv_pages"]]  # page size 1: pages are tokens
-        q = int(b["q_len"])
         n = len(kv)
+        qs = [int(x) for x in b["q_lens"]] if b.get("q_lens") else [int(b["q_len"])] * n
+        q = max(qs)
         if kind == "eager_decode":
             seq = kv
             fb = ForwardBatch(forward_mode=ForwardMode.DECODE, batch_size=n,
@@ -448,18 +464,19 @@ def _eager(backend, runner, batches, rec, calls, errors, kind):
         else:
             # the paged wrapper sees the whole KV when SGLang does not use the ragged
             # wrapper (multimodal models), else the cached prefix only
-            prefix = [p - q for p in kv] if backend.is_multimodal else kv
-            seq = [p + q for p in prefix]
+            prefix = [p - x for p, x in zip(kv, qs)] if backend.is_multimodal else kv
+            seq = [p + x for p, x in zip(prefix, qs)]
+            tok = sum(qs)
             fb = ForwardBatch(forward_mode=ForwardMode.EXTEND, batch_size=n,
-                              input_ids=torch.zeros((n * q,), dtype=torch.int64),
+                              input_ids=torch.zeros((tok,), dtype=torch.int64),
                               req_pool_indices=torch.arange(n, dtype=torch.int32),
                               seq_lens=torch.tensor(seq, dtype=torch.int32),
-                              out_cache_loc=torch.zeros((n * q,), dtype=torch.int64),
+                              out_cache_loc=torch.zeros((tok,), dtype=torch.int64),
                               seq_lens_sum=sum(seq), seq_lens_cpu=torch.tensor(seq, dtype=torch.int32),
-                              extend_num_tokens=n * q,
-                              extend_seq_lens=torch.full((n,), q, dtype=torch.int32),
+                              extend_num_tokens=tok,
+                              extend_seq_lens=torch.tensor(qs, dtype=torch.int32),
                               extend_prefix_lens=torch.tensor(prefix, dtype=torch.int32),
-                              extend_prefix_lens_cpu=list(prefix), extend_seq_lens_cpu=[q] * n)
+                              extend_prefix_lens_cpu=list(prefix), extend_seq_lens_cpu=list(qs))
         n0 = len(rec.calls)
         rec.tag = kind
         try:
@@ -467,7 +484,7 @@ def _eager(backend, runner, batches, rec, calls, errors, kind):
         except Exception as e:
             errors.append({"phase": kind, "batch": n, "error": f"{type(e).__name__}: {e}"})
         for c in _calls_since(rec, n0):
-            calls.append(dict(c, phase=kind, batch=n, q_len=q))
+            calls.append(dict(c, phase=kind, batch=n, q_len=q, origin=origin))
 
 
 def _deterministic(backend, runner, sa, mc, rec, calls, errors, opts):
@@ -608,14 +625,83 @@ def _draft_pass(fb, sa, mc, gpu, rec, kv_dtype, opts):
         for c in _calls_since(rec, n0):
             out["calls"].append(dict(c, phase="cuda_graph_draft_decode", batch=bs, q_len=1))
     out["capture_bs"] = list(capture_bs)
+    if opts.get("draft_eager"):
+        _draft_eager(draft, runner, rec, out, topk, steps, int(sa.max_running_requests or pool),
+                     int(opts.get("context", 8192)))
     return out
 
 
+def _draft_eager(draft, runner, rec, out, topk, steps, max_running, context):
+    """Issue 27: the draft's eager batches through SGLang's own draft path
+    (``FlashInferMultiStepDraftBackend.init_forward_metadata``, each step's backend planning its
+    decode): batch sizes 1, 2, 4, ... up to the running-request limit, each with every request at
+    a quarter, half and all of the context (what the server's limits allow; nothing from
+    guard_core). Calls are phase ``eager_draft_decode``."""
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
+
+    try:
+        from sglang.srt.speculative.eagle_info import EagleDraftInput
+    except ImportError:  # older layout
+        from sglang.srt.speculative.eagle_utils import EagleDraftInput
+
+    sizes = sorted({min(max_running, 1 << k) for k in range(0, 12)} | {max_running})
+    for bs in sizes:
+        for seq in sorted({max(steps + 2, context // 4), max(steps + 2, context // 2), context - steps - 1}):
+            n = bs * topk
+            spec_info = EagleDraftInput(topk_p=torch.zeros((bs, topk)),
+                                        topk_index=torch.zeros((bs, topk), dtype=torch.int64),
+                                        hidden_states=torch.zeros((bs, 8)))
+            seq_lens = torch.full((bs,), seq, dtype=torch.int32)
+            kw = dict(forward_mode=ForwardMode.DECODE, batch_size=bs, input_ids=torch.zeros((n,), dtype=torch.int64),
+                      req_pool_indices=torch.arange(bs, dtype=torch.int32), seq_lens=seq_lens,
+                      seq_lens_cpu=seq_lens.clone(), seq_lens_sum=int(seq_lens.sum()),
+                      out_cache_loc=torch.zeros((n * steps,), dtype=torch.int64),
+                      positions=torch.full((n,), seq, dtype=torch.int64), spec_info=spec_info,
+                      spec_algorithm=runner.spec_algorithm, req_to_token_pool=runner.req_to_token_pool)
+            fields = set(getattr(ForwardBatch, "__dataclass_fields__", {}))
+            fwd = ForwardBatch(**{k: v for k, v in kw.items() if not fields or k in fields})
+            n0 = len(rec.calls)
+            rec.tag = "draft_eager"
+            try:
+                draft.init_forward_metadata(fwd)
+            except Exception as e:
+                out["errors"].append({"phase": "draft_eager", "batch": bs, "error": f"{type(e).__name__}: {e}"})
+            for c in _calls_since(rec, n0):
+                out["calls"].append(dict(c, phase="eager_draft_decode", batch=bs, q_len=1, seq=seq))
+
+
 def _search(backend, runner, rec, calls, errors, limits, budget, seed):
-    """Random eager batches SGLang's scheduler could send (at most max running requests, at
-    most the chunked-prefill size of new tokens, no request past the context length), then
-    greedy mutations of the one whose real plan was largest. The objective is FlashInfer's
-    own float bytes; nothing here comes from guard_core."""
+    """The independent worst-case search (tests/differential/search.py): the grid of uniform
+    batches, then random restarts and hill-climbing, each batch SGLang's scheduler could send
+    (at most max running requests, at most the chunked-prefill size of new tokens, no request
+    past the context length; all decode or all extend) run through SGLang's backend and
+    FlashInfer's real planner. The objective is the planner's own float bytes; nothing here
+    comes from guard_core. Calls carry origin ``search``."""
+    from tests.differential.search import Limits, expand, search
+
+    lim = Limits(limits["max_num_seqs"], limits["max_num_batched_tokens"], int(limits["max_model_len"]),
+                 single_kind=True)
+
+    def evaluate(batch):
+        qs, kv = expand(batch)
+        n0 = len(calls)
+        decode = max(qs) == 1
+        # _eager's extend batches take the cached prefix (the whole KV for multimodal models)
+        pages = kv if decode or backend.is_multimodal else [k - q for q, k in zip(qs, kv)]
+        _eager(backend, runner, [{"q_lens": qs, "kv_pages": pages}], rec, calls, errors,
+               "eager_decode" if decode else "eager_prefill", origin="search")
+        return max((c["float_bytes"] or 0 for c in calls[n0:]), default=0)
+
+    t = time.time()
+    r = search(lim, evaluate, budget, seed=seed * 7919 + 5)
+    r["seconds"] = round(time.time() - t, 2)
+    return r
+
+
+def _search_legacy(backend, runner, rec, calls, errors, limits, budget, seed):
+    """The search before issue 27 (kept to measure the new one against): random eager batches,
+    then greedy mutations of the best one; calls carry origin ``legacy``."""
     import random
 
     rng = random.Random(seed * 7919 + 5)
@@ -640,7 +726,7 @@ def _search(backend, runner, rec, calls, errors, limits, budget, seed):
         q, kv = draw() if (best[1] is None or i < budget // 2) else mutate(*best[1])
         n0 = len(calls)
         _eager(backend, runner, [{"q_len": q, "kv_pages": kv}], rec, calls, errors,
-               "eager_decode" if q == 1 else "eager_prefill")
+               "eager_decode" if q == 1 else "eager_prefill", origin="legacy")
         tried += 1
         f = max((c["float_bytes"] or 0 for c in calls[n0:]), default=0)
         if f > best[0]:
@@ -690,10 +776,20 @@ def _one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts):
             w = sc_.get("witness") or []
             if sc_["name"] in ("eager_decode", "eager_prefill") and w:
                 batch = {"q_len": int(w[0][0]), "kv_pages": [int(p) for _q, p, c in w for _ in range(int(c))]}
-                _eager(backend, runner, [batch], rec, calls, errors, sc_["name"])
+                _eager(backend, runner, [batch], rec, calls, errors, sc_["name"], origin="guard")
+                if opts.get("inject"):  # fault injection: shrunk copies of the witness (compare.injected_gap)
+                    for f in (0.95, 0.9, 0.8, 0.7, 0.5):
+                        pages = batch["kv_pages"]
+                        n = max(1, int(len(pages) * f))
+                        for shrunk in ({"q_len": batch["q_len"], "kv_pages": pages[:n]},
+                                       {"q_len": batch["q_len"], "kv_pages": [max(1, int(p * f)) for p in pages]}):
+                            _eager(backend, runner, [shrunk], rec, calls, errors, sc_["name"], origin="inject")
         # ... and an independent random + greedy search for the largest eager plan
         out["search"] = _search(backend, runner, rec, calls, errors, limits, int(opts.get("search", 16)),
                                 int(opts.get("seed", 0)))
+        if opts.get("legacy_search"):
+            out["legacy_search"] = _search_legacy(backend, runner, rec, calls, errors, limits,
+                                                  int(opts["legacy_search"]), int(opts.get("seed", 0)))
     if "det" in phases:
         out["deterministic"] = {k: getattr(backend, k, None) for k in (
             "enable_deterministic", "prefill_split_tile_size", "decode_split_tile_size",
@@ -758,7 +854,7 @@ def run(opts):
     seen = len(_guard_records())  # the guard's records of this run's backends start here
     if opts.get("understate"):
         _understate()
-    gpu = _cpu.use_table_gpu(opts.get("gpu", "h200"))
+    gpu = _table_gpu(opts.get("gpu", "h200"))
     tmp = tempfile.mkdtemp()
     if opts.get("model_cfg"):  # a deployment of tests/sglang/test_deterministic.py
         model = opts["model_cfg"]

@@ -2,9 +2,13 @@
 model shapes per TP rank, KV dtype, context length, --cuda-graph-max-bs, EAGLE with topk 1 or
 > 1, GPU) run through SGLang's own backend, capture path and, for EAGLE topk > 1, its own
 multi-step draft backend, with FlashInfer's real planner; eager batches are the guard's
-witnesses plus an independent random + greedy search. Each is compared with the guard in
-both directions (tests/differential/compare.py sglang_findings): no overflow, never below the
-largest real plan, never more than 1 MiB above it, no call on an unpredicted planner.
+witnesses plus the independent worst-case search of tests/differential/search.py (grid, then
+random restarts and hill-climbing). Each is compared with the guard in both directions
+(tests/differential/compare.py sglang_findings): no overflow, never below the largest real
+plan, never more than 1 MiB above it, no call on an unpredicted planner. Issue 27: the
+guard's witnesses (with the graphs) must reach its number, and an injected gap (the guard
+right about a shrunk copy of its witness, blind to the worse batches) is found by the search
+alone.
 
 FLASHINFER_GUARD_DIFF_N deployments per line (default 1; ci/matrix.sh draws 4), seed FLASHINFER_GUARD_DIFF_SEED.
 """
@@ -12,6 +16,7 @@ FLASHINFER_GUARD_DIFF_N deployments per line (default 1; ci/matrix.sh draws 4), 
 from __future__ import annotations
 
 import importlib.metadata as md
+import json
 import os
 import sys
 from pathlib import Path
@@ -22,7 +27,8 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tests.differential.compare import sglang_findings  # noqa: E402
+from tests.differential.__main__ import summarize  # noqa: E402
+from tests.differential.compare import sglang_findings, sglang_search_stats  # noqa: E402
 from tests.differential.space import (sglang_cases, sglang_deterministic_cases,  # noqa: E402
                                       sglang_launch_command)
 
@@ -30,6 +36,8 @@ SEED = int(os.environ.get("FLASHINFER_GUARD_DIFF_SEED", "17"))
 N = int(os.environ.get("FLASHINFER_GUARD_DIFF_N", "1"))
 LINE = f"sglang-{md.version('sglang')}"
 CASES = sglang_cases(SEED, N)
+if os.environ.get("FLASHINFER_GUARD_DIFF_SEARCH"):  # evaluations of the worst-case search (ci/matrix.sh: 800)
+    CASES = [dict(c, search=int(os.environ["FLASHINFER_GUARD_DIFF_SEARCH"])) for c in CASES]
 DET_CASES = sglang_deterministic_cases(SEED, N)
 
 
@@ -38,14 +46,28 @@ def test_differential_generated_deployment(opts):
     from test_realcalls import realcalls
 
     run_opts = {k: v for k, v in opts.items() if k != "source"}
-    r = realcalls(phases=["capture", "eager"], **run_opts).result
-    found = sglang_findings(r)
+    r = realcalls(phases=["capture", "eager"], inject=True, draft_eager=True, **run_opts).result
+    # the draft's eager batches are replayed through SGLang's multi-step draft backend and compared
+    # in both directions; an "over" on the draft is printed, not failed: the draft-extend backend
+    # (a FlashInferAttnBackend sharing the buffer) is not replayed, so the draft envelope's extend
+    # part has no real call to meet (issue 27, left)
+    found = sglang_findings(r, draft_over=False)
+    for kind, detail in sglang_findings(r):
+        if kind == "over" and detail.startswith("draft"):
+            print(f"\nnote (draft over, extend not replayed): {detail}")
     calls = len(r["calls"]) + len((r.get("draft") or {}).get("calls") or [])
     real = max([c["float_bytes"] for c in r["calls"]] + [c["float_bytes"] for c in (r.get("draft") or {}).get("calls") or []])
+    rows = sglang_search_stats(r)
     print(f"\n{sglang_launch_command(opts, LINE)}: {calls} planning calls, real largest {real} B, "
-          f"guard {r['prediction'] and r['prediction'].get('float_bytes')} B")
+          f"guard {r['prediction'] and r['prediction'].get('float_bytes')} B; " + summarize(rows))
     assert calls > 0
-    assert not found, sglang_launch_command(opts, LINE) + " | " + "; ".join(f"{k}: {d}" for k, d in found)
+    again = ("python tests/sglang/realcalls_scenarios.py run "
+             f"'{json.dumps(dict(run_opts, phases=['capture', 'eager'], inject=True, draft_eager=True))}'")
+    assert not found, sglang_launch_command(opts, LINE) + " | " + "; ".join(f"{k}: {d}" for k, d in found) + \
+        " | rerun: " + again
+    assert (r.get("search") or {}).get("evaluations"), "the worst-case search did not run"
+    assert all(x["witness_ok"] for x in rows), rows
+    assert not [x for x in rows if x.get("injected") and not x["found_after"]], rows
 
 
 @pytest.mark.parametrize("opts", DET_CASES, ids=[f"det{SEED}_{i}" for i in range(len(DET_CASES))])

@@ -89,8 +89,10 @@ class Case:
     cudagraphs: bool = True  # False: --enforce-eager (cudagraph_mode NONE)
     disable_q_quant: bool = False  # --attention-config.disable_flashinfer_q_quantization
     trtllm: bool | None = None  # --attention-config.use_trtllm_attention
-    search: int = 0  # eager batches drawn by the independent random + greedy search (tests/differential)
+    search: int = 0  # evaluations of the independent worst-case search (tests/differential/search.py)
     seed: int = 0
+    legacy_search: int = 0  # batches of the earlier random + greedy search (tag eager:legacy:, for before/after)
+    inject: bool = False  # replay shrunk copies of the guard's worst eager batch (tag eager:inject:)
 
 
 # GPU group -> (gpu key, trtllm cubins visible, cases)
@@ -414,11 +416,18 @@ def prediction(builder, module) -> dict:
         gpu = gpus.detect_gpu(getattr(builder, "device", None))
         facts = wf.read_facts(builder, gpu, flashinfer_version())
         limits = facts.limits
+        from tests.realcalls import standin as _st
+
+        asked0 = getattr(_st.installed(), "workspace_size_calls", 0)
         try:
             decided = wf.decide(builder, module)
         except Exception as exc:
             out["decide_error"] = f"{type(exc).__name__}: {exc}"
             traceback.print_exc()
+        # issue 27 item 5: FlashInfer's own workspace_size() asked on the envelope's eager witnesses
+        out["fi_asked"] = getattr(_st.installed(), "workspace_size_calls", 0) - asked0
+        out["fi_disagree"] = [t for k, t in (decided.outcome.warnings if decided is not None else ())
+                              if k == "workspace-fi-size"]
         req = decided.outcome.requirement if decided is not None else None
         if req is None:  # the adapter stood down or did not size: the need for the same facts
             from guard_core.decide.workspace import need
@@ -588,10 +597,72 @@ def _mutate(rng, case: Case, qlens, seqs):
     return [q2] * n2, [kv] * n2
 
 
-def search_eager(case: Case, builders, rec, out) -> dict:
-    """An independent search for the largest eager plan: random batches, then greedy
-    mutation of the best one, each run through the real builders and FlashInfer's real
-    planner; the objective is the planner's own float bytes (nothing from guard_core)."""
+def search_eager(case: Case, builders, rec, out) -> list[dict]:
+    """The independent worst-case search (tests/differential/search.py), once per builder: the
+    grid of uniform batches, then random restarts and hill-climbing, each batch run through
+    the real builder and FlashInfer's real planner; the objective is the planner's own float
+    bytes for that builder. It knows the server's limits and the layer's window and page size
+    only (nothing from guard_core). Calls are tagged eager:search:."""
+    from tests.differential.search import Limits, expand, label, search
+
+    res = []
+    for bi, b in enumerate(builders):
+        wl = getattr(b, "window_left", -1)
+        lim = Limits(case.max_num_seqs, case.max_num_batched_tokens, case.max_model_len, draft=case.draft,
+                     window=wl if wl is not None and wl >= 0 else None, page=int(b.page_size))
+
+        def evaluate(batch, b=b, bi=bi):
+            if out.get("crash"):
+                return 0
+            qlens, seqs = expand(batch)
+            n0 = len(rec.calls)
+            rec.tag = f"eager:search:{label(batch)}:b{bi}"
+            try:
+                b.build(common_prefix_len=0, common_attn_metadata=common_metadata(qlens, seqs, b.page_size,
+                                                                                 case.max_model_len))
+            except RuntimeError as exc:
+                out["crash"] = {"phase": f"eager search {label(batch)}", "error": str(exc)}
+                return 0
+            return max((c.get("float_bytes") or 0 for c in rec.calls[n0:]), default=0)
+
+        t = time.time()
+        r = search(lim, evaluate, int(case.search), seed=case.seed * 31 + bi)
+        r["seconds"] = round(time.time() - t, 2)
+        res.append(r)
+    return res
+
+
+def inject_variants(case: Case, builders, rec, out, batches: dict) -> None:
+    """Fault injection for the search's own test (issue 27): the guard's worst eager batch per
+    builder (its witness or core shape with the largest real plan), shrunk (fewer requests, or
+    shorter KV, by 5-50 %), replayed; a guard that named one of these as its witness would be
+    right about it and blind to the worse batches above (tests/differential/compare.py
+    injected_gap)."""
+    for bi, b in enumerate(builders):
+        mine = [c for c in rec.calls if (c.get("tag") or "").startswith(("eager:witness_", "eager:core_"))
+                and (c.get("tag") or "").endswith(f":b{bi}")]
+        if not mine:
+            continue
+        top = max(mine, key=lambda c: c.get("float_bytes") or 0)
+        lab = top["tag"][len("eager:"):-len(f":b{bi}")]
+        if lab not in batches:
+            continue
+        qlens, seqs = batches[lab]
+        for f in (0.95, 0.9, 0.8, 0.7, 0.5):
+            n = max(1, int(len(qlens) * f))
+            for kind, (q2, s2) in (("n", (qlens[:n], seqs[:n])),
+                                   ("kv", (qlens, [max(q, int(s * f)) for q, s in zip(qlens, seqs)]))):
+                rec.tag = f"eager:inject:{kind}{f}:{lab}:b{bi}"
+                try:
+                    b.build(common_prefix_len=0, common_attn_metadata=common_metadata(q2, s2, b.page_size,
+                                                                                     case.max_model_len))
+                except RuntimeError:
+                    pass
+
+
+def search_eager_legacy(case: Case, builders, rec, out) -> dict:
+    """The search before issue 27 (kept to measure the new one against): random batches, then
+    greedy mutation of the best one, ``case.legacy_search`` batches, tagged eager:legacy:."""
     import random
 
     rng = random.Random(case.seed * 7919 + 17)
@@ -601,12 +672,12 @@ def search_eager(case: Case, builders, rec, out) -> dict:
     def score(qlens, seqs, label):
         n0 = len(rec.calls)
         for bi, b in enumerate(builders):
-            rec.tag = f"eager:search:{label}:b{bi}"
+            rec.tag = f"eager:legacy:{label}:b{bi}"
             b.build(common_prefix_len=0, common_attn_metadata=common_metadata(qlens, seqs, b.page_size,
                                                                              case.max_model_len))
         return max((c.get("float_bytes") or 0 for c in rec.calls[n0:]), default=0)
 
-    budget = int(case.search)
+    budget = int(case.legacy_search)
     for i in range(budget):
         if best[1] is None or i < budget // 2:
             qlens, seqs = _random_batch(rng, case)
@@ -663,9 +734,11 @@ def run_case(case: Case, rec, module, args) -> dict:
             out["crash"] = {"phase": "capture", "error": str(exc)}
         out["captured"] = captured
         eager = []
+        batches: dict = {}
         if case.eager and out["crash"] is None:
             graph_tokens = max((int(getattr(b, "_decode_cudagraph_max_bs", 0) or 0) for b in builders), default=0)
             for label, qlens, seqs in eager_batches(case, out["prediction"], graph_tokens):
+                batches[label] = (qlens, seqs)
                 try:
                     for bi, b in enumerate(builders):
                         rec.tag = f"eager:{label}:b{bi}"
@@ -677,6 +750,10 @@ def run_case(case: Case, rec, module, args) -> dict:
                     break
         if case.search and out["crash"] is None:
             out["search"] = search_eager(case, builders, rec, out)
+        if case.legacy_search and out["crash"] is None:
+            out["legacy_search"] = search_eager_legacy(case, builders, rec, out)
+        if case.inject and out["crash"] is None:
+            inject_variants(case, builders, rec, out, batches)
         out["eager"] = eager
         bufs = []
         for b in builders:
@@ -719,6 +796,9 @@ def main(argv=None) -> None:
     p.add_argument("--n", type=int, default=3, help="gen: how many deployments")
     p.add_argument("--gpu", default="h200", help="gen: the GPU (a key of GPUS)")
     p.add_argument("--no-cubins", action="store_true", help="gen: TRT-LLM cubins not installed")
+    p.add_argument("--search", type=int, default=None, help="gen: evaluations of the worst-case search per builder")
+    p.add_argument("--legacy-search", type=int, default=0, help="gen: also the earlier 24-batch search (before/after)")
+    p.add_argument("--inject", action="store_true", help="gen: replay shrunk copies of the guard's worst eager batch")
     p.add_argument("--understate", action="store_true",
                    help="fault injection: the core's need under-stated by its largest allocation (safety net test)")
     p.add_argument("--phases", default="baseline,guard",
@@ -753,6 +833,9 @@ def main(argv=None) -> None:
         cases = []
         for d in drawn:
             source = d.pop("source")
+            if args.search is not None:
+                d["search"] = args.search
+            d["legacy_search"], d["inject"] = args.legacy_search, args.inject
             c = Case(**d)
             cases.append(c)
             GROUP_GPU[c.name] = gpu_key

@@ -1,0 +1,60 @@
+"""Ask FlashInfer where it can answer (issue 27 item 5).
+
+From 0.6.15 (FlashInfer PR #3741: ``flashinfer/prefill.py`` / ``flashinfer/decode.py``
+``workspace_size(...)``) the paged wrappers return the caller-owned workspace a ``plan()`` would
+need, without allocating or changing plan state; 0.6.12 and earlier have no such method. Where
+an adapter can ask it, ``cross_check`` runs FlashInfer's answer for each eager witness batch of
+the guard's envelope next to the guard's own figure for that batch: the larger one is used, and
+a disagreement is one warning naming both numbers. FlashInfer not answering (no method, an
+error, a backend without it) changes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+__all__ = ["cross_check", "witness_indptrs", "WS_SIZE_SINCE"]
+
+WS_SIZE_SINCE = (0, 6, 15)  # FlashInfer PR #3741
+
+
+def witness_indptrs(witness) -> tuple[list[int], list[int]]:
+    """(qo_indptr, kv_indptr in pages) of a witness ((query tokens, KV pages, requests), ...)."""
+    qo, kv = [0], [0]
+    for q, pages, count in witness:
+        for _ in range(int(count)):
+            qo.append(qo[-1] + int(q))
+            kv.append(kv[-1] + int(pages))
+    return qo, kv
+
+
+def cross_check(computed, ask: Callable, key: str = "workspace-fi-size"):
+    """``computed`` (a workspace_decision.WorkspaceNeed) checked against FlashInfer: ``ask(scenario)``
+    returns FlashInfer's float workspace bytes for that scenario's witness batch, or None where it
+    cannot say. Only the eager scenarios planned by FA2's PrefillPlan with a witness are asked.
+    Returns ``computed`` unchanged when FlashInfer agrees (or cannot answer), else a copy whose
+    need is the larger of the two and whose warnings carry one line naming both numbers."""
+    req = getattr(computed, "requirement", None)
+    if req is None:
+        return computed
+    answers = []
+    for s in req.scenarios:
+        if not s.witness or not s.name.startswith("eager") or s.planner != "fa2":
+            continue
+        try:
+            fi = ask(s)
+        except Exception:  # FlashInfer could not answer: the guard's own figure stands
+            fi = None
+        if fi is not None:
+            answers.append((s, int(fi)))
+    differ = [(s, fi) for s, fi in answers if fi != s.float_bytes]
+    if not differ:
+        return computed
+    s, fi = max(differ, key=lambda x: abs(x[1] - x[0].float_bytes))
+    larger = max(req.float_bytes, max(fi for _, fi in answers))
+    text = (f"workspace: FlashInfer's workspace_size() gives {fi:,} B for the {s.name} batch "
+            f"({s.batch} x {s.q_len} tokens) where the guard's model gives {s.float_bytes:,} B; "
+            f"sizing with the larger ({larger:,} B)")
+    req2 = dataclasses.replace(req, float_bytes=larger, notes=tuple(req.notes) + (text,))
+    return dataclasses.replace(computed, requirement=req2, warnings=tuple(computed.warnings) + ((key, text),))
