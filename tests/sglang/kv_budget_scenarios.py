@@ -293,13 +293,23 @@ def sc_start(opts):
     out["pre_free"] = pre_free
     out["weights"] = weights
     out["slack_bytes"] = pre_free * (1 - mfs)
+    if opts.get("break"):  # fail-open check: the guard's budget code raises
+        from sglang_guard import kv_reserve as _kr
+
+        def _injected(*a, **k):
+            raise RuntimeError("injected failure (test)")
+
+        _kr._server_bytes = _injected
     kv = _size_kv(runner, pre_gib, opts)
     out.update(kv)
     runner.max_total_num_tokens = kv["tokens"]
     ledger.hold(kv["kv_bytes"], "KV pool (init_memory_pool stand-in)")
-    from sglang_guard import kv_reserve
+    try:
+        from sglang_guard import kv_reserve
 
-    res = kv_reserve.reservation() if hasattr(kv_reserve, "reservation") else None
+        res = kv_reserve.reservation()
+    except ImportError:  # a guard without issue 28 (today's main)
+        res = None
     out["reservation"] = None if res is None else {
         "mode": res.move.mode, "buffer": res.move.buffer_bytes, "server": res.move.server_bytes,
         "charge": res.move.charge, "per_token": res.per_token_bytes, "line": res.line,
