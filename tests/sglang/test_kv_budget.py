@@ -116,6 +116,8 @@ def test_auto_moves_the_budget_by_exactly_the_guards_change():
 
 def test_reserve_off_leaves_sglangs_sizing_untouched():
     base = without_guard()
+    moved = run({"FLASHINFER_GUARD_WORKSPACE": "1GiB"}, **TIGHT)  # the same settings under auto move it
+    assert moved["tokens"] < base["tokens"]
     r = run({"FLASHINFER_GUARD_RESERVE": "off", "FLASHINFER_GUARD_WORKSPACE": "1GiB"}, **TIGHT)
     assert r["registered"] and r["reservation"] is None
     assert r["tokens"] == base["tokens"] and r["budget_bytes"] == base["budget_bytes"]
@@ -129,3 +131,22 @@ def test_a_failure_in_the_budget_code_leaves_sglang_as_without_it_with_one_warni
     assert r["tokens"] == base["tokens"] and r["budget_bytes"] == base["budget_bytes"]
     warn = [l for l in r["log"] if "KV budget: not moved" in l]
     assert len(warn) == 1 and "injected failure" in warn[0], r["log"]
+
+
+def test_post_capture_kv_sizing_is_left_alone_where_the_line_has_it():
+    """SGLang 0.5.23 can size the pool after CUDA-graph capture (``post_capture_kv_active``,
+    model_runner_components/kv_pool_runtime.py:34-48): its measurement holds the workspace,
+    the guard moves nothing and says so. Older lines have no such sizing (checked here)."""
+    import importlib.util
+
+    has = importlib.util.find_spec("sglang.srt.model_executor.model_runner_components") is not None and \
+        importlib.util.find_spec("sglang.srt.model_executor.model_runner_components.kv_pool_runtime") is not None
+    if not has:
+        from importlib import metadata
+
+        assert tuple(int(p) for p in metadata.version("sglang").split(".")[:3]) < (0, 5, 23)
+        return
+    base = run({"FLASHINFER_GUARD": "0"}, **dict(TIGHT, post_capture=True))
+    r = run({"FLASHINFER_GUARD_WORKSPACE": "1GiB"}, **dict(TIGHT, post_capture=True))
+    assert r["reservation"] is None and r["budget_bytes"] == base["budget_bytes"]
+    assert [l for l in r["log"] if "post-capture KV sizing" in l and "nothing moved" in l]
