@@ -41,8 +41,15 @@ def _run(python, env_extra, opts):
            if not k.startswith(("FLASHINFER_GUARD", "SGLANG_PLUGINS", "SGLANG_FLASHINFER"))}
     env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.update(env_extra)
-    p = subprocess.run([python, SCENARIOS, "start", json.dumps(opts)], capture_output=True, text=True, env=env,
-                       timeout=900)
+    argv = [python, SCENARIOS, "start", json.dumps(opts)]
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        # forked from one warm interpreter of this environment (tests/common/forkserver.py)
+        sys.path.insert(0, REPO)
+        from tests.common import forkserver
+
+        p = forkserver.run(argv, env=env, timeout=1800)
+    else:
+        p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800)
     lines = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
     if p.returncode or not lines:
         raise RuntimeError(f"{opts} {env_extra} failed (rc={p.returncode}):\n{p.stderr[-3000:]}")
@@ -77,14 +84,14 @@ def rows(python: str = sys.executable, deployments=DEPLOYMENTS, mem_fraction_sta
 
 
 def table(rs: list[dict]) -> str:
-    head = (f"{'SGLang':8} {'FlashInfer':11} {'deployment':14} {'B/token':>8} {'without':>9} {'auto':>9} "
-            f"{'delta':>7} {'exact':>9} {'delta':>7}  buffer without/auto/exact (MiB)")
+    head = (f"{'SGLang':8} {'FlashInfer':11} {'deployment':14} {'B/token':>8} {'without':>11} {'auto':>11} "
+            f"{'delta':>7} {'exact':>11} {'delta':>7}  buffer without/auto/exact (MiB)")
     lines = [head, "-" * len(head)]
     for r in rs:
         bufs = "/".join(str((r[f"buffer_{m}"] or 0) // MIB) for m, _ in MODES)
         lines.append(f"{r['sglang']:8} {r['flashinfer']:11} {r['deployment']:14} {r['cell']:>8,} "
-                     f"{r['tokens_without']:>9,} {r['tokens_auto']:>9,} {r['delta_auto']:>+7,} "
-                     f"{r['tokens_exact']:>9,} {r['delta_exact']:>+7,}  {bufs}")
+                     f"{r['tokens_without']:>11,} {r['tokens_auto']:>11,} {r['delta_auto']:>+7,} "
+                     f"{r['tokens_exact']:>11,} {r['delta_exact']:>+7,}  {bufs}")
     return "\n".join(lines)
 
 
