@@ -85,13 +85,15 @@ def _register(source: str) -> bool:
     settings = get_settings()
     if not settings.enabled:
         return False
-    from . import moe, workspace
+    from . import kv_reserve, moe, workspace
 
     log().settings_warnings(settings)
     workspace.remember_user_size(os.environ)
     # FlashInferAttnBackend.__init__; ModelRunner.load_model (deterministic inference: the
     # fixed-split need said before the weights load)
     workspace.install()
+    # the KV pool budget where SGLang sizes it (issue 28): moved by the guard's change to the buffer
+    kv_reserve.install()
     moe.install()
     _source = source
     return True
@@ -109,8 +111,9 @@ def uninstall() -> None:
 
 def _teardown() -> None:
     """Each guard's patch table undoes its patches and forgets its post-import hooks."""
-    from . import _log, moe, workspace
+    from . import _log, kv_reserve, moe, workspace
 
+    kv_reserve.uninstall()
     moe.uninstall()
     workspace.uninstall()
     _log.reset_log()

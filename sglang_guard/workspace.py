@@ -200,8 +200,10 @@ class _Apply:
             try:
                 rec.outcome = _decide(rec, server)
                 if rec.outcome.action == "exact":  # the user's choice: also below SGLang's size
-                    return int(rec.outcome.allocate_bytes)
-                return max(int(rec.outcome.allocate_bytes), int(server))
+                    answer = int(rec.outcome.allocate_bytes)
+                else:
+                    answer = max(int(rec.outcome.allocate_bytes), int(server))
+                return max(answer, _reserved())
             except Exception:
                 return server
 
@@ -242,6 +244,16 @@ class _Apply:
             if entered:
                 guarded(log(), "workspace.restore", "workspace sizing", self.exit)
                 guarded(log(), "workspace.report", "workspace sizing", _report, self.rec, backend)
+
+
+def _reserved() -> int:
+    """The size the KV budget was moved for in this process (kv_reserve, issue 28): the
+    buffer is at least what was paid for, so the budget moved by exactly the buffer's
+    change (the need at budget time, before the request pool existed, is never below
+    the backend's)."""
+    from . import kv_reserve
+
+    return int(kv_reserve.reserved_bytes() or 0)
 
 
 def _report(rec: WorkspaceRecord, backend) -> None:

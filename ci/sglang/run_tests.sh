@@ -48,13 +48,13 @@ for v in "${lines[@]}"; do
   select=(tests/sglang)
   if [ "${FLASHINFER_GUARD_FULL:-0}" != 1 ]; then
     case "$v" in
-      0.5.5) select=(tests/sglang/test_loading_and_faults.py tests/sglang/test_workspace.py
+      0.5.5) select=(tests/sglang/test_loading_and_faults.py tests/sglang/test_workspace.py tests/sglang/test_kv_budget.py
                      tests/sglang/test_defaults_crosscheck.py tests/sglang/test_launch_parser.py
                      "$t/test_realcalls.py::test_seed_without_guard_through_sglangs_capture_path"
                      "$t/test_realcalls.py::test_seed_with_guard_loaded_by_sglangs_route_no_call_overflows"
                      "$t/test_realcalls.py::test_safety_net_wraps_every_sglang_planning_entry_point"
                      "$t/test_realcalls.py::test_safety_net_recovers_inside_sglangs_own_capture") ;;
-      0.5.23) select=(tests/sglang/test_realcalls.py tests/sglang/test_deterministic.py
+      0.5.23) select=(tests/sglang/test_realcalls.py tests/sglang/test_deterministic.py tests/sglang/test_kv_budget.py
                       tests/sglang/test_differential.py tests/sglang/test_model_groups.py
                       tests/sglang/test_launch_parser.py tests/sglang/test_defaults_crosscheck.py
                       tests/sglang/test_plan_parity.py

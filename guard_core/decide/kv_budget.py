@@ -22,7 +22,8 @@ from guard_core.units import fmt_mib
 
 __all__ = ["MODES", "BudgetMove", "budget_line", "kv_token_change", "buffer_under_guard", "per_token_from_pages",
            "utilization_keeping_kv", "measured_return", "KvPlan", "vllm_kv_plan",
-           "attention_per_token_bytes", "launch_utilization", "VLLM_DEFAULT_UTILIZATION"]
+           "attention_per_token_bytes", "launch_utilization", "VLLM_DEFAULT_UTILIZATION", "sglang_kv_bytes",
+           "sglang_mem_fraction_keeping_kv"]
 
 MODES = ("auto", "full", "off")
 
@@ -189,3 +190,36 @@ def launch_utilization(argv) -> float | None:
             except ValueError:
                 return None
     return None
+
+
+# ---------------------------------------------------------------- SGLang's closed form (issue 28, plan)
+
+def sglang_kv_bytes(pre_load_free: int, mem_fraction_static: float, weights: int, charge: int = 0,
+                    reserved: int = 0) -> int:
+    """SGLang's KV pool budget in bytes: the memory free after the weights minus
+    ``pre_load_free x (1 - mem_fraction_static)`` (0.5.23 kv_cache_configurator.py:3000-3039,
+    0.5.11 model_runner_kv_cache_mixin.py:57-70, 0.5.5 model_runner.py:1317-1319), i.e.
+    ``pre_load_free x mem_fraction_static - weights``, less what SGLang itself reserves
+    (``reserved``: the multimodal ``mm_runtime_reservation_gb``, 0.5.23:202-217) and the
+    guard's ``charge`` (BudgetMove.charge). Nothing measured at run time beyond that
+    (no forward pass is profiled), so this is the server's figure up to its float rounding."""
+    free_after_weights = int(pre_load_free) - int(weights)
+    slack = int(pre_load_free) * (1.0 - float(mem_fraction_static))
+    return int(free_after_weights - slack) - int(reserved) - int(charge)
+
+
+def sglang_mem_fraction_keeping_kv(mem_fraction_static: float, charge: int, pre_load_free: int) -> float | None:
+    """The ``--mem-fraction-static`` that keeps SGLang's unguarded KV budget under a
+    ``charge`` (bytes the budget loses; negative: gains): ``mfs + charge / pre_load_free``,
+    rounded up to SGLang's own three decimals (its suggestion in the "Loaded weights leave
+    no GPU memory" error, 0.5.23 kv_cache_configurator.py:3043-3047), so the KV cache is
+    never smaller than without the guard. None where no fraction below 1 does it."""
+    import math
+
+    if not pre_load_free or pre_load_free <= 0:
+        return None
+    value = float(mem_fraction_static) + int(charge) / int(pre_load_free)
+    value = math.ceil(round(value * 1000, 6)) / 1000
+    if value >= 1.0 or value <= 0.0:
+        return None
+    return value

@@ -280,7 +280,7 @@ LONG_MODULES = {
     "guard_core/runtime/safety_net.py": 482,
     "vllm_guard/moe.py": 574,
     "sglang_guard/moe.py": 500,
-    "sglang_guard/workspace.py": 406,
+    "sglang_guard/workspace.py": 418,
 }
 
 
