@@ -11,7 +11,7 @@ from guard_core.commands.plan.records import Command, PlanUsageError
 from guard_core.deployment.launch_command import LaunchError, parse_launch
 from guard_core.deployment.server_defaults import framework_label
 
-__all__ = ['split_launch', 'read_command', 'server_environ']
+__all__ = ["split_launch", "read_command", "server_environ"]
 
 
 def split_launch(argv: list[str]) -> tuple[list[str], list[str] | None]:

@@ -8,7 +8,7 @@ from guard_core.commands.plan.records import Decided, FactsSet, ServerConfig
 from guard_core.deployment.server_defaults import gpu_memory
 from guard_core.runtime.settings import Settings
 
-__all__ = ['decide']
+__all__ = ["decide"]
 
 
 def decide(server: ServerConfig, fs: FactsSet) -> Decided:

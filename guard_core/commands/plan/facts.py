@@ -11,7 +11,7 @@ from guard_core.flashinfer.planner_choice import PlannerFacts, dtype_bytes, dtyp
 from guard_core.flashinfer.sizing import AttentionLayout
 from guard_core.versions import is_version, parse_version
 
-__all__ = ['build_facts', 'RUNNER_LABELS']
+__all__ = ["build_facts", "RUNNER_LABELS"]
 
 
 def build_facts(a, cmd: Command, server: ServerConfig, model: ModelView) -> FactsSet:

@@ -10,7 +10,7 @@ from guard_core.commands.plan.records import Command, ModelView, PlanUsageError,
 from guard_core.deployment.groups import server_view
 from guard_core.deployment.launch_command import attention_backend_note
 
-__all__ = ['read_model']
+__all__ = ["read_model"]
 
 
 def read_model(a, cmd: Command, server: ServerConfig) -> ModelView:

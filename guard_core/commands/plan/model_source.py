@@ -12,7 +12,7 @@ from guard_core.commands.plan.records import PlanUsageError
 from guard_core.deployment.hf_cache import find_config, looks_like_model_id
 from guard_core.deployment.presets import DEFAULT_MODEL, ModelError, ModelFacts, find_preset, load_model
 
-__all__ = ['resolve_model', 'plan_model', 'mtp_depth']
+__all__ = ["resolve_model", "plan_model", "mtp_depth"]
 
 
 def _groups_max_len(facts) -> int | None:

@@ -8,7 +8,7 @@ import sys
 from guard_core.deployment.server_defaults import framework_label
 from guard_core.units import fmt_size
 
-__all__ = ['print_report']
+__all__ = ["print_report"]
 
 
 def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from guard_core.runtime.settings import Settings
 
-__all__ = ['PlanUsageError', 'Command', 'ServerConfig', 'ModelView', 'FactsSet', 'Decided']
+__all__ = ["PlanUsageError", "Command", "ServerConfig", "ModelView", "FactsSet", "Decided"]
 
 
 class PlanUsageError(ValueError):

@@ -10,7 +10,7 @@ from guard_core.flashinfer.releases import NATIVE_VAR
 from guard_core.flashinfer.sizing import INT_WORKSPACE_BYTES
 from guard_core.runtime.settings import MASTER
 
-__all__ = ['report', 'describe_scenario']
+__all__ = ["report", "describe_scenario"]
 
 
 def report(a, cmd: Command, server: ServerConfig, model: ModelView, fs: FactsSet, dd: Decided) -> dict:

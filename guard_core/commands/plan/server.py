@@ -15,7 +15,7 @@ from guard_core.flashinfer.planner import family
 from guard_core.gpus import find_spec
 from guard_core.runtime.settings import MOE, load_settings
 
-__all__ = ['resolve_server']
+__all__ = ["resolve_server"]
 
 
 def resolve_server(a, cmd: Command, resolve_gpu, environ) -> ServerConfig:
