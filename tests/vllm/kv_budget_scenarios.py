@@ -117,7 +117,11 @@ class Ledger:
         return (self.total - self.used, self.total)
 
 
-_caller_names = {"_get_workspace_buffer": "vLLM _get_workspace_buffer", "_allocate": "guard reservation"}
+# "ask": the throwaway FlashInfer wrapper of the guard's workspace_size() cross-check
+# (vllm_guard.workspace_facts._flashinfer_asker, FlashInfer >= 0.6.15): its constructor's 8 MiB
+# int buffer, freed when the decision is made; not a second workspace
+_caller_names = {"_get_workspace_buffer": "vLLM _get_workspace_buffer", "_allocate": "guard reservation",
+                 "ask": "FlashInfer workspace_size() cross-check"}
 
 
 def _caller() -> str:

@@ -129,6 +129,11 @@ def test_full_counts_the_whole_buffer_and_the_low_slack_start_serves(runs):
     assert low["available"] - full["available"] == full["workspace_bytes"]
     assert full["same_tensor"]  # the tensor FlashInfer's builder plans in is the one reserved
     assert full["workspace_allocs"] == [full["workspace_bytes"]]  # nothing allocated twice
+    # the workspace_size() cross-check (FlashInfer >= 0.6.15) allocates only FlashInfer's own 8 MiB
+    # int buffer of a throwaway wrapper, and gives it back
+    asked = [(w, b) for w, n, b in full["events"] if n == "FlashInfer workspace_size() cross-check"]
+    assert all(b == 8 * MIB for _, b in asked)
+    assert [w for w, _ in asked].count("alloc") == [w for w, _ in asked].count("free")
     assert _order(full, "guard reservation") < _order(full, "KV cache")
     print(f"full at {full['util']:.5f}: KV {low['kv_tokens']:,} -> {full['kv_tokens']:,} tokens, serves")
 
