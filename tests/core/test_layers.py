@@ -297,7 +297,6 @@ PLANNER_MIRROR = "guard_core/flashinfer/planner.py"
 LONG_MODULES = {
     "vllm_guard/moe.py": 574,
     "sglang_guard/moe.py": 500,
-    "sglang_guard/workspace.py": 418,
 }
 
 
