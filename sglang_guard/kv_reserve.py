@@ -32,7 +32,7 @@ runtime registry's ``flashinfer_workspace``):
   later lines): the backend reuses that tensor, nothing is allocated twice;
 * ``off``: nothing.
 
-The backend later allocates at least the size charged here (workspace._Apply reads
+The backend later allocates at least the size charged here (workspace_apply._Apply reads
 ``reserved_bytes()``), so the buffer is the one paid for. Where SGLang sizes the pool
 after CUDA-graph capture (0.5.23 post-capture KV sizing, ``post_capture_kv_active``:
 model_runner_components/kv_pool_runtime.py:34-48), its measurement holds the workspace

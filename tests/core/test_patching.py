@@ -237,7 +237,9 @@ def test_adapters_import_no_plugin_from_their_guards():
     import pathlib
 
     root = pathlib.Path(__file__).resolve().parents[2]
-    for rel in ("sglang_guard/moe.py", "sglang_guard/_log.py", "vllm_guard/moe.py", "vllm_guard/_log.py"):
+    for rel in ("sglang_guard/moe.py", "sglang_guard/moe_facts.py", "sglang_guard/moe_config.py",
+                "sglang_guard/moe_runtime.py", "sglang_guard/_log.py", "vllm_guard/moe.py", "vllm_guard/moe_facts.py",
+                "vllm_guard/moe_apply.py", "vllm_guard/_log.py"):
         tree = ast.parse((root / rel).read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
