@@ -220,7 +220,7 @@ def sglang_mem_fraction_keeping_kv(mem_fraction_static: float, charge: int, pre_
     if not pre_load_free or pre_load_free <= 0:
         return None
     value = float(mem_fraction_static) + int(charge) / int(pre_load_free)
-    value = math.ceil(round(value * 1000, 6)) / 1000
+    value = math.ceil(value * 1000 - 1e-9) / 1000  # 1e-9: float noise only (0.88 x 1000), not a charge
     if value >= 1.0 or value <= 0.0:
         return None
     return value
@@ -261,7 +261,7 @@ def sglang_mem_fraction_delta(charge: int, pre_load_free: int) -> float | None:
 
     if not pre_load_free or pre_load_free <= 0:
         return None
-    return math.ceil(round(int(charge) * 1000 / int(pre_load_free), 6)) / 1000
+    return math.ceil(int(charge) * 1000 / int(pre_load_free) - 1e-9) / 1000 + 0.0
 
 
 @dataclass(frozen=True)
