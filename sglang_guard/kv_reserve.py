@@ -199,14 +199,9 @@ def _release(res: Reservation) -> None:
 
 
 def _say(res: Reservation) -> None:
-    from guard_core.decide.kv_budget import budget_line
+    from guard_core.decide.kv_budget import budget_line, sglang_budget_where
 
-    if res.move.mode == "full":
-        where = (f"inside SGLang's KV budget (created before {res.where} measured free memory; "
-                 "the backend reuses that tensor)")
-    else:
-        where = f"in SGLang's KV budget ({res.where}; the workspace is allocated after it)"
-    res.line = budget_line(res.move, where, res.per_token_bytes)
+    res.line = budget_line(res.move, sglang_budget_where(res.move.mode, res.where), res.per_token_bytes)
     log().info(res.line, key="kv.line")
 
 

@@ -23,7 +23,8 @@ from guard_core.units import fmt_mib
 __all__ = ["MODES", "BudgetMove", "budget_line", "kv_token_change", "buffer_under_guard", "per_token_from_pages",
            "utilization_keeping_kv", "measured_return", "KvPlan", "vllm_kv_plan",
            "attention_per_token_bytes", "launch_utilization", "VLLM_DEFAULT_UTILIZATION", "sglang_kv_bytes",
-           "sglang_mem_fraction_keeping_kv"]
+           "sglang_mem_fraction_keeping_kv", "sglang_cell_bytes", "sglang_mem_fraction_delta", "sglang_budget_where",
+           "SglangKvPlan", "sglang_kv_plan"]
 
 MODES = ("auto", "full", "off")
 
@@ -219,7 +220,84 @@ def sglang_mem_fraction_keeping_kv(mem_fraction_static: float, charge: int, pre_
     if not pre_load_free or pre_load_free <= 0:
         return None
     value = float(mem_fraction_static) + int(charge) / int(pre_load_free)
-    value = math.ceil(round(value * 1000, 6)) / 1000
+    value = math.ceil(value * 1000 - 1e-9) / 1000  # 1e-9: float noise only (0.88 x 1000), not a charge
     if value >= 1.0 or value <= 0.0:
         return None
     return value
+
+
+def sglang_budget_where(mode: str, sizer: str | None = None) -> str:
+    """Where the charge was made, in SGLang's words (the adapter's start-up line and `plan`
+    say the same); ``sizer``: SGLang's function that sized the budget, where known."""
+    if mode == "full":
+        return (f"inside SGLang's KV budget (created before {sizer or 'SGLang'} measured free memory; "
+                "the backend reuses that tensor)")
+    return f"in SGLang's KV budget ({(sizer + '; ') if sizer else ''}the workspace is allocated after it)"
+
+
+def sglang_cell_bytes(line: str | None, groups, kv_dtype_bytes: int) -> int | None:
+    """SGLang's per-token KV size (its "cell size", what the pool budget is divided by) for
+    full-attention MHA/GQA layers, per rank, from ``(count, kv_heads per rank, dqk, dvo)`` groups:
+    0.5.11+ ``get_num_kv_heads(tp) x (head_dim + v_head_dim) x layers x element size``
+    (0.5.11 model_executor/pool_configurator.py:152-158, 0.5.23 pool_configurator.py:491-497);
+    0.5.5 ``get_num_kv_heads(tp) x head_dim x layers x 2 x element size`` (K and V of the
+    query/key head dim, model_executor/model_runner.py:1309-1316). MLA, Mamba / linear-attention
+    hybrids and sliding-window pools have their own sizes: the caller passes no groups then."""
+    from guard_core.versions import version_lt
+
+    old = bool(line) and version_lt(str(line), "0.5.11")
+    total = 0
+    for count, kv_heads, dqk, dvo in groups:
+        total += int(count) * int(kv_heads) * (2 * int(dqk) if old else int(dqk) + int(dvo)) * int(kv_dtype_bytes)
+    return total or None
+
+
+def sglang_mem_fraction_delta(charge: int, pre_load_free: int) -> float | None:
+    """How much ``--mem-fraction-static`` must rise (negative: may fall) to keep SGLang's
+    unguarded KV budget under ``charge``: ``charge / pre_load_free`` rounded up to SGLang's
+    three decimals (a fraction it rounds itself, memory_hook.py 0.5.23:322-326), so added to a
+    three-decimal fraction it gives what ``sglang_mem_fraction_keeping_kv`` gives."""
+    import math
+
+    if not pre_load_free or pre_load_free <= 0:
+        return None
+    return math.ceil(int(charge) * 1000 / int(pre_load_free) - 1e-9) / 1000 + 0.0
+
+
+@dataclass(frozen=True)
+class SglangKvPlan:
+    """`plan`'s KV-budget figures for one SGLang deployment."""
+
+    move: BudgetMove
+    per_token_bytes: int | None
+    tokens: int | None
+    mem_fraction_static: float | None  # the command's --mem-fraction-static; None: SGLang's automatic value
+    keep_fraction: float | None  # the one that keeps the unguarded KV size (with the command's)
+    fraction_delta: float | None  # what the fraction must change by (either way)
+    pre_load_free: int | None
+
+    def line(self) -> str:
+        text = budget_line(self.move, sglang_budget_where(self.move.mode), self.per_token_bytes)
+        if not self.move.charge or self.fraction_delta is None:
+            return text
+        if self.mem_fraction_static is not None:
+            if self.keep_fraction is not None:
+                return text + (f"; --mem-fraction-static {self.keep_fraction:.3f} (instead of "
+                               f"{self.mem_fraction_static:.3f}) keeps SGLang's unguarded KV size")
+            return text + "; no --mem-fraction-static below 1 keeps SGLang's unguarded KV size"
+        return text + (f"; --mem-fraction-static {self.fraction_delta:+.3f} over SGLang's automatic value "
+                       "keeps SGLang's unguarded KV size")
+
+
+def sglang_kv_plan(mode: str, buffer_bytes: int, server_bytes: int, per_token_bytes: int | None,
+                   mem_fraction_static: float | None, pre_load_free: int | None) -> SglangKvPlan:
+    """`plan`'s figures for SGLang: the move (the adapter's BudgetMove: buffer = the guard's
+    decided buffer, server = SGLang's own size), its KV tokens from SGLang's cell size, and the
+    --mem-fraction-static that keeps the unguarded KV size (``pre_load_free``: the memory SGLang
+    measures before loading the weights)."""
+    move = BudgetMove(mode, int(buffer_bytes), int(server_bytes))
+    delta = sglang_mem_fraction_delta(move.charge, pre_load_free) if pre_load_free else None
+    keep = (sglang_mem_fraction_keeping_kv(mem_fraction_static, move.charge, pre_load_free)
+            if mem_fraction_static is not None and pre_load_free else None)
+    return SglangKvPlan(move, per_token_bytes, move.tokens(per_token_bytes), mem_fraction_static, keep, delta,
+                        pre_load_free)

@@ -275,7 +275,8 @@ def sc_start(opts):
     else:
         mfs = float(opts.get("mem_fraction_static", 0.88))
     tmp = tempfile.mkdtemp()
-    sa = sc.gpu_resolved(sc.server_args(_cpu.write_model(tmp, "model", model), mem_fraction_static=mfs, page_size=1,
+    out["model_path"] = _cpu.write_model(tmp, "model", model)  # `plan` reads the same deployment (test)
+    sa = sc.gpu_resolved(sc.server_args(out["model_path"], mem_fraction_static=mfs, page_size=1,
                                         **opts.get("server_args", {})))
     sc.setup_logging(sa)
     mc = ModelConfig.from_server_args(sa)

@@ -150,3 +150,73 @@ def test_post_capture_kv_sizing_is_left_alone_where_the_line_has_it():
     r = run({"FLASHINFER_GUARD_WORKSPACE": "1GiB"}, **dict(TIGHT, post_capture=True))
     assert r["reservation"] is None and r["budget_bytes"] == base["budget_bytes"]
     assert [l for l in r["log"] if "post-capture KV sizing" in l and "nothing moved" in l]
+
+
+# ---------------------------------------------------------------- `plan` says what the start-up line says
+
+def _plan(r, env, monkeypatch, capsys, mfs=None):
+    """`flashinfer-guard plan --json` for the deployment the scenario ran (its model config, the
+    H200, SGLang's line installed here, the same switches), in this process; the built-in readers
+    (the server's own readers are held equal to them in test_plan_parity.py and
+    test_launch_parser.py; importing SGLang's argument parser here would cost half a minute)."""
+    from guard_core.commands import cli
+
+    for k in list(os.environ):
+        if k.startswith(("FLASHINFER_GUARD", "SGLANG_FLASHINFER")):
+            monkeypatch.delenv(k)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    # the scenario's graphs and chunk (scenarios.gpu_resolved): capture up to 512, chunked prefill 16384;
+    # 0.5.23 spells the graph ceiling --cuda-graph-max-bs-decode (the old name is ambiguous there)
+    for graph_flag in ("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs"):
+        capsys.readouterr()
+        rc = cli.main(["plan", "--json", "--gpu", "h200", "--launch-reader", "builtin", "--model-reader", "builtin",
+                       "--", "python", "-m", "sglang.launch_server", "--model-path", r["model_path"],
+                       graph_flag, "512", "--chunked-prefill-size", "16384", "--mem-fraction-static",
+                       repr(r["mem_fraction_static"] if mfs is None else mfs)])
+        if rc == 0:
+            return json.loads(capsys.readouterr().out)["kv_budget"]
+    raise AssertionError(f"plan refused the command: {capsys.readouterr().err[-2000:]}")
+
+
+def _line_tokens(line):
+    """(tokens, bytes per token) as the start-up line prints them: "KV cache -2,048 tokens (262,144 B per token)"."""
+    import re
+
+    m = re.search(r"KV cache ([-+][\d,]+) tokens \(([\d,]+) B per token\)", line)
+    assert m, line
+    return int(m.group(1).replace(",", "")), int(m.group(2).replace(",", ""))
+
+
+def test_plan_gives_the_start_up_lines_kv_figures(monkeypatch, capsys):
+    """The start-up line (the adapter, on SGLang's own sizing) and `plan` for the same deployment:
+    the same buffer, charge, per-token size (SGLang's own cell size, from the run) and KV tokens,
+    under auto (a 1 GiB buffer) and full. On main before this, plan had no SGLang KV figures."""
+    for env in ({"FLASHINFER_GUARD_WORKSPACE": "1GiB"}, {"FLASHINFER_GUARD_RESERVE": "full"}):
+        r = run(env, **TIGHT)
+        res = r["reservation"]
+        tokens, per_token = _line_tokens(res["line"])
+        assert per_token == r["cell"]  # the line's size is SGLang's own cell size
+        kb = _plan(r, env, monkeypatch, capsys)
+        assert kb is not None, "plan has no KV-budget figures for SGLang"
+        assert (kb["mode"], kb["buffer_bytes"], kb["server_bytes"], kb["charge_bytes"]) == \
+            (res["mode"], res["buffer"], res["server"], res["charge"])
+        assert kb["per_token_bytes"] == r["cell"] and kb["kv_tokens"] == tokens
+        assert f"KV cache -{-tokens:,} tokens ({per_token:,} B per token)" in kb["line"]
+
+
+def test_plans_mem_fraction_static_keeps_sglangs_unguarded_kv_size(monkeypatch, capsys):
+    """The --mem-fraction-static `plan` suggests, given to SGLang's own sizing with the guard's
+    1 GiB buffer, gives at least the tokens SGLang sizes without the guard at the command's 0.88;
+    one thousandth less (SGLang's own precision) gives fewer."""
+    env = {"FLASHINFER_GUARD_WORKSPACE": "1GiB"}
+    base = run({"FLASHINFER_GUARD": "0"}, mem_fraction_static=0.88)
+    kb = _plan(base, env, monkeypatch, capsys)
+    keep = kb["keep_mem_fraction_static"]
+    assert kb["mem_fraction_static"] == 0.88 and keep is not None and keep > 0.88
+    assert f"--mem-fraction-static {keep:.3f} (instead of 0.880)" in kb["line"]
+    kept = run(env, mem_fraction_static=keep)
+    assert kept["reservation"]["charge"] == kb["charge_bytes"] > 0
+    assert kept["tokens"] >= base["tokens"], (kept["tokens"], base["tokens"])
+    short = run(env, mem_fraction_static=round(keep - 0.001, 3))
+    assert short["tokens"] < base["tokens"]

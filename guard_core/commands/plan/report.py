@@ -47,7 +47,8 @@ def report(a, cmd: Command, server: ServerConfig, model: ModelView, fs: FactsSet
                server_default_source=fs.server_source, workspace_bytes=fs.buffer)
     out.update(result, notes=cmd.notes + model.reader["notes"] + list(req.notes))
     out["guard"] = _guard_fields(server, dd)
-    out["kv_budget"] = _kv_budget_fields(a, cmd, server, fs, dd)
+    out["kv_budget"] = (_sglang_kv_budget_fields(cmd, server, model, fs, dd) if cmd.framework == "sglang"
+                        else _kv_budget_fields(a, cmd, server, fs, dd))
     return out
 
 
@@ -74,6 +75,49 @@ def _kv_budget_fields(a, cmd: Command, server: ServerConfig, fs: FactsSet, dd: D
             "gpu_memory_utilization": util, "keep_utilization": kp.keep_utilization, "line": kp.line(),
             "estimate": "the KV size itself is vLLM's own estimate at start-up (profile run, CUDA-graph "
                         "memory); the move and its tokens are exact"}
+
+
+def _sglang_kv_budget_fields(cmd: Command, server: ServerConfig, model: ModelView, fs: FactsSet,
+                             dd: Decided) -> dict | None:
+    """Issue 28 (SGLang): the figures the adapter's start-up line gives (sglang_guard/kv_reserve.py):
+    the same BudgetMove (buffer: the guard's decided buffer; server: SGLang's own size), its KV
+    tokens from SGLang's own cell size, and the --mem-fraction-static that keeps the unguarded KV
+    size (the command's fraction, else the change to SGLang's automatic one)."""
+    from guard_core.decide import kv_budget
+    from guard_core.gpus import gpu_memory
+
+    if dd.guard is None:
+        return None
+    d = dd.guard.decision
+    buf = kv_budget.buffer_under_guard(d.action, int(d.allocate_bytes or 0), int(fs.server_bytes))
+    mg = model.groups
+    why_unknown = None
+    if mg is not None and any(g.kind == "mla" for g in getattr(mg, "groups", ())):
+        why_unknown = "MLA: SGLang sizes its latent KV cell itself"
+    elif mg is not None and getattr(mg, "other_layers", ()):
+        why_unknown = "Mamba / linear-attention hybrid: SGLang splits the budget with its state pool"
+    elif any(g.kind != "full" for g, _r, _f in fs.groups):
+        why_unknown = "sliding-window layers: SGLang may size them in their own pool"
+    per_token = None
+    if why_unknown is None:
+        rows = [(g.count, g.num_kv_heads, g.head_dim_qk, g.head_dim_vo) for g, r, _f in fs.groups
+                if r in ("", "target")]
+        per_token = kv_budget.sglang_cell_bytes(server.line, rows, fs.kv_bytes)
+    launch = cmd.launch
+    mfs = getattr(launch, "mem_fraction_static", None) if launch is not None else None
+    mem = gpu_memory(server.gpu_key)
+    kp = kv_budget.sglang_kv_plan(server.settings.reserve, buf, int(fs.server_bytes), per_token, mfs,
+                                  mem[0] if mem else None)
+    estimate = ("SGLang's KV size is pre-load free memory x --mem-fraction-static - weights; the pre-load free "
+                "memory is taken as the GPU's memory (SGLang measures it at start-up, less the CUDA context)")
+    if mfs is None:
+        estimate += "; --mem-fraction-static not in the command: SGLang's automatic value (its own estimate)"
+    if why_unknown:
+        estimate += f"; KV tokens unknown here ({why_unknown})"
+    return {"mode": kp.move.mode, "buffer_bytes": buf, "server_bytes": int(fs.server_bytes),
+            "charge_bytes": kp.move.charge, "per_token_bytes": per_token, "kv_tokens": kp.tokens,
+            "mem_fraction_static": mfs, "keep_mem_fraction_static": kp.keep_fraction,
+            "mem_fraction_static_delta": kp.fraction_delta, "line": kp.line(), "estimate": estimate}
 
 
 def _guard_fields(server: ServerConfig, dd: Decided) -> dict:

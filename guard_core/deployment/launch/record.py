@@ -48,6 +48,8 @@ class Launch:
     reader: str = ""  # which parser read it
     deterministic: bool = False  # SGLang --enable-deterministic-inference
     kv_pool_tokens: int | None = None  # SGLang --max-total-tokens
+    # SGLang --mem-fraction-static (ignored for the workspace, read for the KV budget line, issue 28)
+    mem_fraction_static: float | None = None
     env: dict = field(default_factory=dict)  # leading VAR=value assignments the plan reads (READ_ENV)
     # the command's operations on the environment the server inherits (server_environment)
     env_ops: list = field(default_factory=list)

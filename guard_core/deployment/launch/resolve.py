@@ -103,6 +103,15 @@ def _heads_override(obj) -> list[str]:
     return keys
 
 
+def _fraction(value) -> float | None:
+    """SGLang's --mem-fraction-static as a number in (0, 1), else None (its automatic value assumed)."""
+    try:
+        v = float(value[-1] if isinstance(value, (list, tuple)) else value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return v if 0.0 < v < 1.0 else None
+
+
 def resolve(framework: str, form: str, ns: dict, seen: list, env: dict, environ, reader: str,
             ops=None) -> Launch:
     out = Launch(framework, form, reader=reader)
@@ -119,6 +128,8 @@ def resolve(framework: str, form: str, ns: dict, seen: list, env: dict, environ,
                 if opt and name != opt and msg.startswith(name + " "):
                     msg = opt + msg[len(name):]
         raise LaunchError(msg) from None
+    if framework == "sglang":
+        out.mem_fraction_static = _fraction(ns.get("mem_fraction_static"))
     harmless = HARMLESS[framework]
     listed = set()
     for dest, opt, values in seen:
