@@ -16,7 +16,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
 import sys
 import tempfile
 from contextlib import redirect_stderr, redirect_stdout
@@ -37,25 +36,9 @@ def vllm_readings(root: str, tmp: str, tps=TPS) -> dict:
     """{name: vllm_guard.model_reader's answer}, all in one subprocess of this interpreter."""
     import subprocess
 
-    dirs = []
-    for n in names(root):
-        d = os.path.join(tmp, n)
-        os.makedirs(d, exist_ok=True)
-        shutil.copy(os.path.join(root, n + ".json"), os.path.join(d, "config.json"))
-        dirs.append(d)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    cmd = [sys.executable, "-m", "vllm_guard.model_reader", *dirs]
-    for tp in tps:
-        cmd += ["--tp", str(tp)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env, cwd=REPO)
-    out = {}
-    for line in p.stdout.splitlines():
-        if line.startswith(MARK):
-            r = json.loads(line[len(MARK):])
-            out[os.path.basename(r["path"])] = r
-    assert len(out) == len(dirs), p.stderr[-2000:]
-    return out
+    from tests.common.server_reading import readings
+
+    return readings("vllm_guard.model_reader", root, names(root), tmp, tps, run=subprocess.run)
 
 
 def _key(g: dict) -> tuple:

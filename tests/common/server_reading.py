@@ -71,18 +71,24 @@ def corpus_readings(reader_module: str, root: str) -> dict:
     """Every corpus config read by ``python -m <reader_module>`` (the adapter's reader,
     which builds the server's own ModelConfig offline) at TP 1 and 8, in one subprocess
     of this environment's interpreter: {name: reading}."""
+    return readings(reader_module, CORPUS, corpus(), root)
+
+
+def readings(reader_module: str, source: str, names, root: str, tps=TPS, run=None) -> dict:
+    """The configs ``<source>/<name>.json`` read by ``python -m <reader_module>`` at ``tps``, all in
+    one subprocess of this interpreter (``run``: default the scenario runner): {name: reading}."""
     dirs = []
-    for name in corpus():
+    for name in names:
         d = os.path.join(root, name)
-        os.makedirs(d)
-        shutil.copy(os.path.join(CORPUS, name + ".json"), os.path.join(d, "config.json"))
+        os.makedirs(d, exist_ok=True)
+        shutil.copy(os.path.join(source, name + ".json"), os.path.join(d, "config.json"))
         dirs.append(d)
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [sys.executable, "-m", reader_module, *dirs]
-    for tp in TPS:
+    for tp in tps:
         cmd += ["--tp", str(tp)]
-    p = forkserver.run(cmd, capture_output=True, text=True, timeout=1800, env=env, cwd=REPO)
+    p = (run or forkserver.run)(cmd, capture_output=True, text=True, timeout=1800, env=env, cwd=REPO)
     out = {}
     for line in p.stdout.splitlines():
         if line.startswith(MARK):
