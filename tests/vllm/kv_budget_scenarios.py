@@ -349,8 +349,23 @@ def run(args) -> dict:
     import importlib.metadata as md
 
     import torch
-    case = CASES[args.case]
+    case = dict(CASES[args.case])
+    case.update(getattr(args, "override", None) or {})
+    if getattr(args, "override", None):  # a generated deployment (tests/vllm/test_kv_budget.py): its GPU
+        from scenarios import fake_gpu
+
+        fake_gpu(case["gpu"])
     ledger = Ledger(case["total"])
+    import logging
+
+    said: list[str] = []  # the guard's start-up lines of this variant (vLLM's logger, as served)
+
+    class _Said(logging.Handler):
+        def emit(self, record):
+            said.append(record.getMessage())
+
+    catch = _Said()
+    logging.getLogger("vllm.flashinfer_guard").addHandler(catch)
     ledger.refuse = getattr(args, "refuse", None)
     install_ledger(ledger)
     vc, specs = build(case, args.util, args.kv_cache_memory, args.v2)
@@ -432,6 +447,8 @@ def run(args) -> dict:
     out["workspace_allocs"] = [b for w, n, b in ledger.events[n0:]
                                if w == "alloc" and n in ("vLLM _get_workspace_buffer", "guard reservation")]
     out["profiled"] = runner.profiled
+    out["budget_lines"] = [m for m in said if "KV budget" in m]
+    logging.getLogger("vllm.flashinfer_guard").removeHandler(catch)
     del kv
     return out
 
@@ -440,6 +457,19 @@ def low_util(case: dict) -> float:
     """A --gpu-memory-utilization whose slack is half vLLM's own workspace, less the profile's
     activation peak that the KV budget already leaves free (vLLM #46883's situation)."""
     return 1 - (case["server_bytes"] // 2 - case["activation"]) / case["total"]
+
+
+def _generated(spec: str) -> dict:
+    """``gen=GPU/Q/KV/HD/LAYERS/SEQS/CAPTURE``: a generated deployment (tests/vllm/test_kv_budget.py's
+    sample): the GPU, device size and weights of the seed case named GPU, an attention shape per rank
+    (q heads, KV heads, head dim, full-attention layers), max_num_seqs and the CUDA-graph capture ceiling."""
+    gpu, q, kvh, hd, layers, seqs, capture = spec.split("/")
+    q, kvh, hd, layers, seqs, capture = (int(x) for x in (q, kvh, hd, layers, seqs, capture))
+    seed = CASES[gpu]
+    shape = dict(QWEN35, num_attention_heads=q, num_key_value_heads=kvh, head_dim=hd, hidden_size=q * hd,
+                 num_hidden_layers=layers)
+    return dict(shape=shape, gpu=seed["gpu"], total=seed["total"], weights=seed["weights"],
+                max_num_seqs=seqs, capture=capture)
 
 
 def main(argv=None) -> None:
@@ -456,12 +486,13 @@ def main(argv=None) -> None:
     for v in args.variants:
         name, util, *rest = v.split(":")
         kv = dict(x.split("=", 1) for x in (rest[0].split(",") if rest and rest[0] else []))
-        own = {k: kv.pop(k) for k in ("plugins", "v2", "kv", "refuse", "fullprofile") if k in kv}
+        own = {k: kv.pop(k) for k in ("plugins", "v2", "kv", "refuse", "fullprofile", "gen") if k in kv}
         switch(own.get("plugins", "1") == "1", kv)
         ns = argparse.Namespace(case=args.case, util=low_util(CASES[args.case]) if util == "low" else float(util),
                                 v2=own.get("v2") == "1", kv_cache_memory=int(own.get("kv", 0)),
                                 refuse={"guard": "guard reservation"}.get(own.get("refuse")),
-                                full_graph_profile=own.get("fullprofile") == "1")
+                                full_graph_profile=own.get("fullprofile") == "1",
+                                override=_generated(own["gen"]) if "gen" in own else None)
         try:
             out = run(ns)
         except Exception as exc:  # reported, the next variant runs
