@@ -255,7 +255,8 @@ def _size_profile_tokens(runner, pre_gib):
 def sc_start(opts):
     """A process of one SGLang scheduler on the ledger: weights, SGLang's KV sizing, the
     KV pool, then SGLang's FlashInferAttnBackend (the workspace). Options: deployment,
-    mem_fraction_static or slack_mib (slack = pre-load free x (1 - mfs)), post_capture."""
+    mem_fraction_static or slack_mib (slack = pre-load free x (1 - mfs)), post_capture; a generated
+    deployment gives model (a config.json dict), weights (bytes) and gpu (a table name) instead."""
     import torch
     from sglang.srt.configs.model_config import ModelConfig
 
@@ -266,6 +267,8 @@ def sc_start(opts):
 
     out["guard_from"] = os.path.dirname(sglang_guard.__file__)
     model, weights, gpu_name = DEPLOYMENTS[opts.get("deployment", "qwen3vl-h200")]
+    # a generated deployment (test_kv_budget's sample): its own model config, weights and GPU
+    model, weights, gpu_name = opts.get("model", model), int(opts.get("weights", weights)), opts.get("gpu", gpu_name)
     gpu = _cpu.use_table_gpu(gpu_name)
     ledger = DeviceLedger(GPU_MEMORY[gpu_name][0])
     pre_free = ledger.total - int(opts.get("context_bytes", 512 * MIB))

@@ -23,6 +23,7 @@ from tests.common import forkserver
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MIB = 1 << 20
+GIB = 1 << 30
 TIGHT = {"slack_mib": 256}
 
 _runs: dict = {}
@@ -220,3 +221,102 @@ def test_plans_mem_fraction_static_keeps_sglangs_unguarded_kv_size(monkeypatch, 
     assert kept["tokens"] >= base["tokens"], (kept["tokens"], base["tokens"])
     short = run(env, mem_fraction_static=round(keep - 0.001, 3))
     assert short["tokens"] < base["tokens"]
+
+
+# ---------------------------------------------------------------- issue 28: "and a generated sample"
+
+SAMPLE_SEED = 28
+
+
+def _draw(rng):
+    """One generated deployment: a Llama-shaped model (q/kv heads, head dim, layers, context), a GPU,
+    weights, the operator's slack (mem_fraction_static or slack in MiB) and the guard's switches.
+    The slack is drawn above any workspace drawn here, so that with the guard off (and under
+    RESERVE=off) SGLang's own run fits; the OOM side is the seed tests' job."""
+    kv = rng.choice((1, 2, 4, 8, 16))
+    q = kv * rng.choice((1, 2, 4, 8))
+    hd = rng.choice((64, 128, 256))
+    layers = rng.randint(2, 80)
+    ctx = rng.choice((32768, 131072, 262144))
+    gpu = rng.choice(("h100", "h200", "b200", "h20"))
+    model = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": q * hd,
+             "num_attention_heads": q, "num_key_value_heads": kv, "head_dim": hd, "num_hidden_layers": layers,
+             "intermediate_size": 4 * q * hd, "vocab_size": 151936, "max_position_embeddings": ctx,
+             "rms_norm_eps": 1e-6, "rope_theta": 1000000, "torch_dtype": "bfloat16"}
+    opts = {"model": model, "gpu": gpu, "weights_frac": round(rng.uniform(0.05, 0.55), 3)}
+    if rng.random() < 0.5:
+        opts["mem_fraction_static"] = round(rng.uniform(0.86, 0.95), 3)
+    else:
+        opts["slack_mib"] = rng.randint(3072, 8192)
+    env = {}
+    reserve = rng.choice(("auto", "full", "off"))
+    if reserve != "auto" or rng.random() < 0.5:
+        env["FLASHINFER_GUARD_RESERVE"] = reserve
+    ws = rng.choice(("auto", "512MiB", "768MiB", "1GiB", "1536MiB", "exact"))
+    if ws != "auto":
+        env["FLASHINFER_GUARD_WORKSPACE"] = ws
+    return reserve, env, opts
+
+
+def test_a_generated_sample_moves_the_kv_budget_by_exactly_the_charge(capsys):
+    """A seeded sample of deployments (FLASHINFER_GUARD_KV_SAMPLE raises the count from 3), each
+    run on SGLang's own sizing with and without the guard. The charge is the test's own: from the
+    workspace tensor SGLang's backend holds with the guard (the ledger's bytes) and SGLang's own
+    size (the tensor it holds without): auto buffer - own, full the whole buffer, off 0. SGLang's
+    token count moves by that charge (whole tokens, floor either side); full: one workspace
+    allocation, the reserved tensor is the backend's; the start-up line's tokens are the tokens
+    SGLang moved. One line per deployment is printed to reproduce it."""
+    import random
+
+    from guard_core.gpus import GPU_MEMORY  # the ledger's size for the table GPU (not an expected value)
+
+    rng = random.Random(SAMPLE_SEED)
+    count = int(os.environ.get("FLASHINFER_GUARD_KV_SAMPLE", "3"))
+    repo = os.path.dirname(os.path.dirname(HERE))
+    failures = []
+    for i in range(count):
+        reserve, env, opts = _draw(rng)
+        opts = dict(opts)
+        opts["weights"] = int(GPU_MEMORY[opts["gpu"]][0] * opts.pop("weights_frac"))
+        m = opts["model"]
+        repro = (f"seed {SAMPLE_SEED} #{i}: {opts['gpu']} q{m['num_attention_heads']}/kv{m['num_key_value_heads']} "
+                 f"d{m['head_dim']} L{m['num_hidden_layers']} ctx{m['max_position_embeddings']} "
+                 f"weights {opts['weights'] / GIB:.1f} GiB "
+                 + (f"mfs {opts['mem_fraction_static']}" if "mem_fraction_static" in opts
+                    else f"slack {opts['slack_mib']} MiB")
+                 + f" env {env}")
+        base = run({"FLASHINFER_GUARD": "0"}, **opts)
+        r = run(env, **opts)
+        assert r["guard_from"].startswith(repo), r["guard_from"]
+        assert base["oom"] is None and r["oom"] is None, (repro, base["oom"], r["oom"])
+        server, buffer = base["workspace_bytes"], r["workspace_bytes"]
+        charge = {"auto": buffer - server, "full": buffer, "off": 0}[reserve]
+        moved, allowed = _kv_tokens_moved(base, r, charge)
+        lines = [l for l in r["log"] if "KV budget (FLASHINFER_GUARD_RESERVE=" in l]
+        line_tokens = _line_tokens(lines[0])[0] if lines and "KV cache" in lines[0] else 0
+        with capsys.disabled():  # the reproduction line, past pytest's capture
+            print(f"[kv-sample] {repro}: own {server >> 20} MiB, buffer {buffer / MIB:.1f} MiB, charge "
+                  f"{charge / MIB:+.1f} MiB, cell {base['cell']:,} B, tokens {base['tokens']:,} -> {r['tokens']:,} "
+                  f"(moved {moved:+,}, line {line_tokens:+,})", flush=True)
+        try:
+            assert moved in allowed, (moved, allowed)
+            if base["budget_bytes"] is not None:  # 0.5.11+: SGLang's budget in bytes
+                assert abs(base["budget_bytes"] - r["budget_bytes"] - charge) <= 2, \
+                    (base["budget_bytes"], r["budget_bytes"], charge)
+            if reserve == "full":
+                # nothing allocated twice: one device allocation of the buffer's size (the scenario's
+                # workspace_allocs stops at 64 MiB; exact can be below), and it is the backend's tensor
+                same = [e for e in r["events"] if e[0] == "alloc" and e[2] == buffer]
+                assert len(same) == 1 and all(n == buffer for n in r["workspace_allocs"]), \
+                    (same, r["workspace_allocs"])
+                assert r["workspace_is_reserved"] and r["wrappers_plan_in_it"]
+            if reserve == "off" or charge == 0:
+                assert all("KV cache" not in l for l in lines), lines
+                assert moved == 0
+            else:
+                assert len(lines) == 1, r["log"]
+                assert -line_tokens == moved, (lines[0], moved)  # the line's tokens are SGLang's change
+        except AssertionError as exc:
+            failures.append(f"{repro}: {exc!r}")
+    assert not failures, "\n".join(failures)
+
