@@ -69,6 +69,13 @@ def _kv_tokens_moved(base, other, charge):
     return moved, {charge // cell, -((-charge) // cell)}
 
 
+def _our_code(guard_from: str) -> bool:
+    """The guard under test: this checkout (PYTHONPATH, a worktree) or the wheel ci/install_env.sh
+    built from it into the line's environment (the default test command)."""
+    repo = os.path.dirname(os.path.dirname(HERE))
+    return bool(guard_from) and (guard_from.startswith(repo) or "site-packages" in guard_from)
+
+
 def test_without_guard_the_workspace_comes_after_the_budget_and_does_not_fit_the_slack():
     r = without_guard()
     assert r["registered"] is False and r["reservation"] is None
@@ -83,7 +90,7 @@ def test_without_guard_the_workspace_comes_after_the_budget_and_does_not_fit_the
 def test_full_counts_the_whole_buffer_and_the_same_tensor_serves_flashinfer():
     base = without_guard()
     r = run({"FLASHINFER_GUARD_RESERVE": "full"}, **TIGHT)
-    assert r["guard_from"].startswith(os.path.dirname(os.path.dirname(HERE)))
+    assert _our_code(r["guard_from"]), r["guard_from"]
     res = r["reservation"]
     assert res and res["mode"] == "full"
     # the buffer is created before SGLang measures, then the pool; the backend allocates no workspace
@@ -272,7 +279,6 @@ def test_a_generated_sample_moves_the_kv_budget_by_exactly_the_charge(capsys):
 
     rng = random.Random(SAMPLE_SEED)
     count = int(os.environ.get("FLASHINFER_GUARD_KV_SAMPLE", "3"))
-    repo = os.path.dirname(os.path.dirname(HERE))
     failures = []
     for i in range(count):
         reserve, env, opts = _draw(rng)
@@ -287,7 +293,7 @@ def test_a_generated_sample_moves_the_kv_budget_by_exactly_the_charge(capsys):
                  + f" env {env}")
         base = run({"FLASHINFER_GUARD": "0"}, **opts)
         r = run(env, **opts)
-        assert r["guard_from"].startswith(repo), r["guard_from"]
+        assert _our_code(r["guard_from"]), r["guard_from"]
         assert base["oom"] is None and r["oom"] is None, (repro, base["oom"], r["oom"])
         server, buffer = base["workspace_bytes"], r["workspace_bytes"]
         charge = {"auto": buffer - server, "full": buffer, "off": 0}[reserve]
@@ -315,7 +321,9 @@ def test_a_generated_sample_moves_the_kv_budget_by_exactly_the_charge(capsys):
                 assert moved == 0
             else:
                 assert len(lines) == 1, r["log"]
-                assert -line_tokens == moved, (lines[0], moved)  # the line's tokens are SGLang's change
+                # the line gives floor(-charge / cell) (guard_core.decide.kv_budget.kv_token_change): SGLang
+                # floors its budget before and after the charge, so its own change is that or one token less
+                assert -line_tokens in allowed and -line_tokens - moved in (0, 1), (lines[0], moved)
         except AssertionError as exc:
             failures.append(f"{repro}: {exc!r}")
     assert not failures, "\n".join(failures)
