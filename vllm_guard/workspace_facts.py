@@ -290,11 +290,33 @@ def decide(builder, module) -> BuilderDecision | None:
 
 def _flashinfer_asker(builder, facts):
     """FlashInfer's own ``BatchPrefillWithPagedKVCacheWrapper.workspace_size(...)`` (FlashInfer
-    >= 0.6.15, PR #3741) for a witness batch of the guard's envelope, with this builder's heads,
-    head dim, page size, window and dtypes (guard_core.flashinfer.ask.cross_check). Returns a
-    function that answers None where FlashInfer has no such method; one wrapper, made on first
-    use (FlashInfer's constructor allocates its 8 MiB int buffer)."""
+    >= 0.6.15, PR #3741) for a witness batch of the guard's envelope (guard_core.flashinfer.ask.
+    cross_check), asked exactly as this builder's own prefill ``plan()`` asks: the wrapper built
+    with ``backend="auto"`` and the same ``q``/``kv``/``o`` dtypes, head dim, window and soft-cap
+    (vLLM 0.33.0 ``v1/attention/backends/flashinfer.py:1451-1456`` and ``:1870-1889``; 0.32.0 the
+    same). FlashInfer loads its prefill module through ``get_batch_prefill_module``, a
+    ``functools.cache`` keyed on exactly these (``flashinfer/prefill.py`` 0.7.2.post1 ``:534``), so
+    asking loads the module the server's first prefill plan loads anyway, never a variant the
+    server would not use (a JIT build or a second module at start-up). Where the builder's prefill
+    is not that wrapper (DCP, attention sinks, an NVFP4 KV cache on TRT-LLM) or an argument cannot
+    be read, nothing is asked (None). One wrapper, made on first use (FlashInfer's constructor
+    allocates its 8 MiB int buffer)."""
     state = {}
+
+    def _args():
+        import torch
+
+        if getattr(builder, "use_dcp", False) or getattr(builder, "has_sinks", False) or any(
+                getattr(builder, n, False) for n in ("nvfp4_trtllm", "is_kvcache_nvfp4")):
+            return None
+        q_dt = getattr(builder, "q_data_type_prefill", None) or getattr(builder, "q_data_type", None)
+        kv_dt = getattr(builder, "kv_cache_dtype", None)
+        o_dt = getattr(getattr(builder, "model_config", None), "dtype", None)
+        window = getattr(builder, "window_left", None)
+        if not all(isinstance(d, torch.dtype) for d in (q_dt, kv_dt, o_dt)) or not isinstance(window, int):
+            return None
+        return dict(causal=True, window_left=window, logits_soft_cap=getattr(builder, "logits_soft_cap", None),
+                    q_data_type=q_dt, kv_data_type=kv_dt, o_data_type=o_dt)
 
     def ask(scenario):
         import flashinfer
@@ -305,22 +327,19 @@ def _flashinfer_asker(builder, facts):
         W = getattr(flashinfer, "BatchPrefillWithPagedKVCacheWrapper", None)
         if W is None or not hasattr(W, "workspace_size"):
             return None
+        kw = _args()
+        if kw is None:
+            return None
         if "w" not in state:
             dev = getattr(builder, "device", None) or "cuda"
-            state["w"] = W(torch.empty(1024, dtype=torch.uint8, device=dev), "NHD", backend="fa2")
-        lay = facts.layout
+            state["w"] = W(torch.empty(1024, dtype=torch.uint8, device=dev), "NHD", backend="auto")
         qo, kv = witness_indptrs(scenario.witness)
         page = int(builder.page_size)
         n = len(qo) - 1
-        q_dt = getattr(builder, "q_data_type_prefill", None) or getattr(builder, "q_data_type", None)
-        kv_dt = getattr(builder, "kv_cache_dtype", None)
         f, _ = state["w"].workspace_size(
             torch.tensor(qo, dtype=torch.int32), torch.tensor(kv, dtype=torch.int32),
             torch.zeros(kv[-1], dtype=torch.int32), torch.full((n,), page, dtype=torch.int32),
-            int(builder.num_qo_heads), int(builder.num_kv_heads), int(builder.head_dim), page,
-            head_dim_vo=int(lay.head_dim_vo), causal=True, window_left=int(lay.window_left),
-            q_data_type=q_dt if isinstance(q_dt, torch.dtype) else torch.bfloat16,
-            kv_data_type=kv_dt if isinstance(kv_dt, torch.dtype) else None)
+            int(builder.num_qo_heads), int(builder.num_kv_heads), int(builder.head_dim), page, **kw)
         return int(f)
 
     return ask

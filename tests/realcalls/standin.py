@@ -372,6 +372,11 @@ class Standin:
 
     # -- the getters
     def get_batch_prefill_module(self, backend, *args):
+        # every module FlashInfer is asked to load, by its cache key (FlashInfer's getter is
+        # functools.cache'd on (backend, *args)): a module key nobody else asks for is a module
+        # the server would never have loaded
+        self.prefill_module_keys = getattr(self, "prefill_module_keys", [])
+        self.prefill_module_keys.append(repr((backend,) + tuple(args)))
         if backend == "fa2":
             return _StandinModule(self, "prefill", "fa2", args)
         if backend == "fa3":

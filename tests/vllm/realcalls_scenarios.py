@@ -85,6 +85,7 @@ class Case:
     max_model_len: int = 32768
     layout: str = "full"  # "full" | "swa+full" (two KV-cache groups sharing one buffer, V2 runner)
     sliding_window: int = 4096
+    soft_cap: float | None = None  # the layers' logits soft-cap (gemma-2 style)
     eager: bool = True
     cudagraphs: bool = True  # False: --enforce-eager (cudagraph_mode NONE)
     disable_q_quant: bool = False  # --attention-config.disable_flashinfer_q_quantization
@@ -110,6 +111,13 @@ GROUPS: dict[str, tuple[str, bool, list[Case]]] = {
         # where the real builder planned 36,986,880 B)
         Case("gemma3_swa_tp8", model=dict(heads=32, kv_heads=16, head_dim=128), tp=8, layout="swa+full",
              sliding_window=1024, max_model_len=131072, max_num_seqs=256, max_num_batched_tokens=2048),
+        # google/gemma-2-27b-it (32 q / 16 kv heads, head dim 128, window 4096, attention logits
+        # soft-cap 50.0): FlashInfer's prefill module is keyed on the soft-cap flag, so asking
+        # workspace_size() must use the server's own (flashinfer/prefill.py 0.7.2.post1
+        # get_batch_prefill_module, a functools.cache keyed on backend, dtypes, head dims, window,
+        # soft-cap)
+        Case("gemma2_softcap", model=dict(heads=32, kv_heads=16, head_dim=128), layout="swa+full",
+             soft_cap=50.0, max_num_seqs=256, max_num_batched_tokens=4096),
     ]),
     # issue 27: meta-llama/Llama-3.1-8B-Instruct, n-gram speculation (3 tokens), --max-model-len
     # 32768 on A100 (vLLM 0.33's API-server defaults there: 256 seqs, 2048 tokens): below SM90
@@ -300,7 +308,8 @@ def make_layers(case: Case, vc):
             layers.append(Attention(
                 num_heads=heads, head_size=m["head_dim"], scale=m["head_dim"] ** -0.5, num_kv_heads=kv,
                 cache_config=vc.cache_config, per_layer_sliding_window=case.sliding_window if kind == "swa" else None,
-                attn_backend=FlashInferBackend, prefix=f"model.layers.{i}.self_attn.attn"))
+                logits_soft_cap=case.soft_cap, attn_backend=FlashInferBackend,
+                prefix=f"model.layers.{i}.self_attn.attn"))
         groups: dict = {}
         for layer in layers:
             spec = layer.get_kv_cache_spec(vc)
@@ -419,6 +428,7 @@ def prediction(builder, module) -> dict:
         from tests.realcalls import standin as _st
 
         asked0 = getattr(_st.installed(), "workspace_size_calls", 0)
+        keys0 = len(getattr(_st.installed(), "prefill_module_keys", []))
         try:
             decided = wf.decide(builder, module)
         except Exception as exc:
@@ -426,6 +436,8 @@ def prediction(builder, module) -> dict:
             traceback.print_exc()
         # issue 27 item 5: FlashInfer's own workspace_size() asked on the envelope's eager witnesses
         out["fi_asked"] = getattr(_st.installed(), "workspace_size_calls", 0) - asked0
+        # the FlashInfer modules the guard's asking loaded (compared with the server's own below)
+        out["fi_modules"] = list(getattr(_st.installed(), "prefill_module_keys", [])[keys0:])
         out["fi_disagree"] = [t for k, t in (decided.outcome.warnings if decided is not None else ())
                               if k == "workspace-fi-size"]
         req = decided.outcome.requirement if decided is not None else None
@@ -726,6 +738,9 @@ def run_case(case: Case, rec, module, args) -> dict:
                 "enable_cuda_graph": getattr(b, "enable_cuda_graph", None),
             })
         out["prediction"] = [prediction(b, module) for b in builders]
+        from tests.realcalls import standin as _st
+
+        keys0 = len(getattr(_st.installed(), "prefill_module_keys", []))
         captured: list[int] = []
         out["crash"] = None
         try:
@@ -755,6 +770,8 @@ def run_case(case: Case, rec, module, args) -> dict:
         if case.inject and out["crash"] is None:
             inject_variants(case, builders, rec, out, batches)
         out["eager"] = eager
+        # the prefill modules the server's own planning loaded (capture, eager, search)
+        out["server_fi_modules"] = sorted(set(getattr(_st.installed(), "prefill_module_keys", [])[keys0:]))
         bufs = []
         for b in builders:
             buf = getattr(b, "_workspace_buffer", None)

@@ -69,6 +69,13 @@ def test_differential_generated_deployments(gpu):
     else:
         assert asked == 0
     assert not [t for p in preds for t in p.get("fi_disagree") or []]
+    # asking loads only the FlashInfer prefill module the server's own planning loads for that
+    # deployment (same functools.cache key: backend, dtypes, head dims, window, soft-cap), never a
+    # variant the server would not use (a JIT build or a second module at start-up)
+    stray = [(r["case"], k) for r in results if r.get("eager") and not r.get("crash")
+             for p in r["prediction"] for k in p.get("fi_modules") or []
+             if k not in (r.get("server_fi_modules") or [])]
+    assert not stray, stray[:3]
 
 
 def test_injected_gap_needs_the_search():

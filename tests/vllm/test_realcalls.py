@@ -405,3 +405,18 @@ def test_realcalls_guard_reads_the_gpu_with_its_own_reader(groups, group, case):
     sms = r["gpu"][1]
     assert any(f"{sms} SMs" in ln for ln in run.guard_lines()) or all(
         p["decision"]["action"] == "ok" for p in r["prediction"]), run.guard_lines()
+
+
+@pytest.mark.parametrize("group,case", MATRIX)
+def test_realcalls_asking_flashinfer_loads_only_the_servers_module(groups, group, case):
+    """Where the guard asks FlashInfer's workspace_size() (FlashInfer >= 0.6.15), the prefill
+    module it makes FlashInfer load has the cache key the server's own planning loads on this
+    deployment (backend, dtypes, head dims, window, soft-cap): never a second module variant, which
+    would be a JIT build or an extra load at start-up in every process."""
+    r = groups.get(group).get("guard", case)
+    asked = [k for p in r["prediction"] for k in p.get("fi_modules") or []]
+    stray = [k for k in asked if k not in (r.get("server_fi_modules") or [])]
+    assert not stray, f"{case}: the guard loaded {stray}; the server loaded {r.get('server_fi_modules')}"
+    fi = tuple(int(x) for x in r["flashinfer"].split(".")[:3] if x.isdigit())
+    if fi >= (0, 6, 15) and case == "gemma2_softcap":
+        assert asked, "the soft-cap case was not asked at all"
