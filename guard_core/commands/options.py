@@ -204,9 +204,10 @@ def _add_dtype_and_planner_options(pl) -> None:
     pl.add_argument("--kv-cache-dtype", type=_kv_cache_dtype, default=None,
                     help="KV-cache dtype as the server takes it (auto, fp8, fp8_e4m3, fp8_e5m2, bfloat16, nvfp4 ...); "
                          "default: the command's, else auto (the model dtype)")
-    pl.add_argument("--model-reader", choices=("auto", "builtin", "server"), default="auto",
+    pl.add_argument("--model-reader", choices=("auto", "builtin", "server", "transformers"), default="auto",
                     help="who reads a config.json: the simulated server's own config code where it is installed "
-                         "here (auto, server), or the built-in reader; default auto")
+                         "here (auto, server), transformers' config classes alone (transformers), or the built-in "
+                         "reader; default auto: each in that order, a reader that cannot read hands over")
     pl.add_argument("--decode-planner", choices=("fa2", "decode", "trtllm"), default=None,
                     help="force the decode planner; default: chosen from the GPU, dtypes and framework")
     pl.add_argument("--prefill-planner", choices=("fa2", "fa3", "none"), default=None,

@@ -29,7 +29,10 @@ def _kinds_layer_types(raw, mt, n, window, name):
         return None
     if not all(isinstance(t, str) for t in lt):
         raise GroupsError(f"{name}: layer_types must be a list of layer kinds (strings)")
-    return [_ATTN_TYPES.get(t, t.replace("_", " ")) for t in (lt[:n] if n else lt)]
+    # Zamba2's layer_types is its layers_block_type (transformers Zamba2Config.attribute_map), where
+    # "hybrid" is the shared attention block (vllm 0.33 config/model.py:1757-1762)
+    names = dict(_ATTN_TYPES, hybrid="full") if mt == "zamba2" else _ATTN_TYPES
+    return [names.get(t, t.replace("_", " ")) for t in (lt[:n] if n else lt)]
 
 
 def _kinds_layers_block_type(raw, mt, n, window, name):

@@ -22,7 +22,7 @@ from guard_core.deployment.presets import ModelError, ModelFacts, facts_from_con
 
 __all__ = ["ReaderChainError", "facts_by_chain", "installed_readers"]
 
-MODES = ("auto", "builtin", "server")
+MODES = ("auto", "builtin", "server", "transformers")
 
 
 class ReaderChainError(ModelError):
@@ -40,6 +40,8 @@ def installed_readers(framework: str, mode: str = "auto") -> list[str]:
     """The readers tried, in order: 'server', 'transformers', 'builtin'."""
     if mode == "builtin":
         return ["builtin"]
+    if mode == "transformers":  # transformers' classes alone (the reader a machine without a server uses)
+        return ["transformers"] if _installed("transformers") else []
     out = []
     if framework in ("vllm", "sglang") and _installed(framework):
         out.append("server")
@@ -128,7 +130,8 @@ def facts_by_chain(path: str, framework: str = "vllm", mode: str = "auto", envir
     because it is cheap); it is the last word only when every other reader also refuses."""
     cfg = None
     tried: list[str] = []
-    for reader in installed_readers(framework, mode):
+    readers = installed_readers(framework, mode)
+    for i, reader in enumerate(readers):
         try:
             if reader == "server":
                 return _server_facts(framework, path, path, environ), "server", tried
@@ -140,8 +143,8 @@ def facts_by_chain(path: str, framework: str = "vllm", mode: str = "auto", envir
                 raise first_error
             return facts_from_config(cfg, path), "builtin", tried
         except ModelError as exc:
-            if reader == "builtin":
+            if i == len(readers) - 1:  # the last reader's refusal is the answer
                 why = "; ".join(tried)
                 raise ReaderChainError(f"{exc}" + (f" (also: {why})" if why else "")) from None
             tried.append(" ".join(str(exc).split())[:240])
-    raise ReaderChainError(f"{path}: no reader could read it")  # not reached: builtin is always last
+    raise ReaderChainError(f"{path}: no reader for --model-reader {mode} is installed here")

@@ -394,3 +394,26 @@ def test_vllm_026_query_dtype_is_the_kv_cache_dtype_itself(kv, prefill):
     r = plan_json("--model", "Qwen3-32B", "--framework-version", "0.33.0", "--gpu", "b200",
                   "--trtllm-attention", "on", "--kv-cache-dtype", kv)
     assert r["planners"]["prefill"] == prefill and not r["planner_missing"]
+
+
+def test_transformers_reader_alone_refuses_in_one_line_where_transformers_is_absent(tmp_path, monkeypatch):
+    """``--model-reader transformers`` asks transformers' config classes alone; where transformers
+    is not installed (the core environment), plan ends in one line saying so, exit 2, and does not
+    fall back to another reader (the user asked for this one)."""
+    import importlib.util
+
+    from guard_core.deployment import model_readers
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(model_readers.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "transformers" else real(name, *a))
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "llama", "num_attention_heads": 32, "num_key_value_heads": 8,
+                                "hidden_size": 4096, "num_hidden_layers": 2}))
+    from contextlib import redirect_stderr, redirect_stdout
+
+    err = io.StringIO()
+    with redirect_stdout(io.StringIO()), redirect_stderr(err):
+        code = cli.main(["plan", "--model-reader", "transformers", "--model", str(path)])
+    lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and "no reader for --model-reader transformers" in lines[0], lines

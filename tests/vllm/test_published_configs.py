@@ -52,6 +52,28 @@ if LINE == "0.33.0":
         assert {"groups", "mla"} <= kinds
 
 
+    def test_transformers_reader_reads_as_vllm(readings, record_property):
+        """The reader a machine with transformers but no server uses (``--model-reader
+        transformers``: transformers' own config class for the model_type, never remote code, its
+        ``to_dict()`` read by the built-in rules), held to vLLM's reading on the same files. It may
+        refuse only where transformers has no class for the model_type (vLLM brings its own), in one
+        line. Measured: 90 of 96 pairs agreed when first run; Zamba2's ``layer_types`` (transformers'
+        alias of ``layers_block_type``) read its 9 shared attention blocks as "hybrid", not
+        attention (0 groups where vLLM has 9 x 32/32/160); after: 94 of 96, the other two
+        deepseek-vl2-tiny (model_type deepseek_vl_v2 is vLLM's own config class)."""
+        rows = compare(PUBLISHED, readings, TPS, reader="transformers")
+        ok = sum(r[4] for r in rows)
+        record_property("agree", f"{ok}/{len(rows)}")
+        print(f"published configs, transformers' classes vs vLLM 0.33 ModelConfig: {ok} of {len(rows)} agree")
+        bad = [f"{n} tp{tp}: vLLM {theirs} | plan {mine}" for n, tp, theirs, mine, same in rows
+               if not same and not (mine[0] == "refuses" and "no config class for model_type" in mine[1]
+                                    and "\n" not in mine[1])]
+        assert not bad, "\n".join(bad)
+        assert ok >= len(rows) - 2 * len(TPS)  # at most two files with no transformers class (vLLM's own)
+        z = [r for r in rows if r[0] == "zamba2-defaults"]
+        assert z and all(r[4] for r in z), z
+
+
     # databricks/dbrx-instruct's config.json (its attention fields as published): n_heads and
     # attn_config.kv_n_heads, which the built-in reader does not read
     DBRX = {"architectures": ["DbrxForCausalLM"], "attn_config": {"clip_qkv": 8, "kv_n_heads": 8, "rope_theta": 500000},

@@ -81,7 +81,7 @@ def _server_reading(a, fw: str, model_path, tp: int, environ=None):
     subprocess of this interpreter (offline, no tokenizer); None when not asked or
     not installed."""
     mode = getattr(a, "model_reader", None) or "auto"
-    if mode == "builtin" or not model_path:
+    if mode in ("builtin", "transformers") or not model_path:
         return None
     import importlib.util
 

@@ -45,13 +45,15 @@ def _read_by_chain(spec: str, path: str, framework: str, mode: str, environ) -> 
     the built-in reader is tried first only because it is cheap; where it cannot read, the
     installed server's own config code and then transformers' config classes are asked, and
     only when every one refuses does the run end, in one line (issue 26)."""
+    from guard_core.deployment.model_readers import facts_by_chain
+
+    if mode == "transformers" and os.path.isfile(path):  # transformers' classes alone
+        return facts_by_chain(path, framework, mode, environ)[0], " (read by transformers' config classes)"
     try:
         return load_model(spec), ""
     except ModelError as exc:
         if mode == "builtin" or not os.path.isfile(path):
             raise
-        from guard_core.deployment.model_readers import facts_by_chain
-
         facts, reader, _ = facts_by_chain(path, framework, mode, environ, first_error=exc)
         label = {"server": f"{framework}'s own config code", "transformers": "transformers' config classes"}
         return facts, f" (read by {label.get(reader, reader)}; the built-in reader could not: {exc})"
