@@ -28,12 +28,14 @@ from guard_core.commands.plan.model_source import resolve_model
 from guard_core.commands.plan.printing import print_report
 from guard_core.commands.plan.records import Command, Decided, FactsSet, ModelView, PlanUsageError, ServerConfig
 from guard_core.commands.plan.report import describe_scenario, report
-from guard_core.commands.plan.server import resolve_server
+from guard_core.commands.plan.server import PLAN_FLAGS, resolve_server
 
 __all__ = ["PlanUsageError", "build", "print_report", "split_launch",
            # the stages, in order, and their records
            "read_command", "resolve_server", "read_model", "build_facts", "decide", "report",
-           "Command", "ServerConfig", "ModelView", "FactsSet", "Decided", "resolve_model", "describe_scenario"]
+           "Command", "ServerConfig", "ModelView", "FactsSet", "Decided", "resolve_model", "describe_scenario",
+           # plan's own flags over the launch command's ServerShape
+           "PLAN_FLAGS"]
 
 
 def build(a, resolve_gpu, environ=None) -> dict:

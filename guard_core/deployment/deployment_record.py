@@ -1,15 +1,17 @@
-"""A simulated deployment (``Deployment``), its resolved limits (``Defaults``, each value a ``Derived(value,
-source)``) and what both servers' default rules share: the line labels, the FlashInfer each line pins."""
+"""The fields a launch command and a simulated deployment share (``ServerShape``), the simulated
+deployment (``Deployment``), its resolved limits (``Defaults``, each value a ``Derived(value, source)``)
+and what both servers' default rules share: the line labels, the FlashInfer each line pins."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from guard_core.flashinfer.releases import CHECKED_LINES  # the lines whose wheels the rules were read from
 from guard_core.versions import is_version, parse_version
 
-__all__ = ["DEFAULT_LINE", "Defaults", "Deployment", "Derived", "FLASHINFER_PINS", "draft_context_page",
-           "framework_label", "installed_line", "known_line", "line_at_least", "pinned_flashinfer", "short_line"]
+__all__ = ["DEFAULT_LINE", "Defaults", "Deployment", "Derived", "FLASHINFER_PINS", "ServerShape",
+           "draft_context_page", "framework_label", "installed_line", "known_line", "line_at_least", "pinned_flashinfer",
+           "short_line"]
 
 
 # What ``plan`` simulates when the framework is not installed here (and no
@@ -41,29 +43,28 @@ class Derived:
         return {"value": v, "source": self.source, "passed": self.passed}
 
 
-@dataclass
-class Deployment:
-    """Inputs of one deployment, ``None`` where the user gave nothing."""
+@dataclass(kw_only=True)
+class ServerShape:
+    """What a server is started with that its limits follow from: parallelism, batch limits,
+    speculative decoding, CUDA graphs, pages; ``None`` (or off) where nothing set it.
 
-    framework: str = "vllm"
-    line: str | None = None
-    gpu_key: str | None = None
-    cc: tuple[int, int] = (10, 3)
-    gpu_name: str = ""
+    The one table of the fields a launch command and a simulated deployment share: ``Launch``
+    (what a command says, ``deployment/launch/record.py``) and ``Deployment`` (what ``plan``
+    simulates) are each a ``ServerShape``, so a field added here is in both, and ``plan`` hands a
+    command's shape on whole (``shape()``), plan's own flags over it, never field by field."""
+
     tp: int | None = None
     pp: int | None = None
     dp: int | None = None
-    attn_dp: int | None = None  # SGLang DP attention width (--enable-dp-attention with --dp, or --attn-dp-size)
     dcp: int | None = None
+    attn_dp: int | None = None  # SGLang DP attention width (--enable-dp-attention with --dp, or --attn-dp-size)
     expert_parallel: bool = False
     all2all_backend: str | None = None
     max_num_seqs: int | None = None
     max_batched_tokens: int | None = None
-    max_model_len: int | None = None  # given
-    model_max_len: int | None = None  # from the model's config
+    max_model_len: int | None = None  # given (Deployment.model_max_len: the model's config)
+    speculative: str | None = None  # the speculative method (vLLM) / --speculative-algorithm (SGLang)
     draft_tokens: int | None = None
-    speculative: bool = False
-    speculative_algorithm: str | None = None  # SGLang --speculative-algorithm
     eagle_topk: int | None = None  # SGLang --speculative-eagle-topk
     spec_steps: int | None = None  # SGLang --speculative-num-steps
     capture_sizes: tuple[int, ...] | None = None
@@ -72,9 +73,31 @@ class Deployment:
     chunked_prefill: bool | None = None
     disable_graph_padding: bool = False
     page_size: int | None = None
+
+    def shape(self) -> dict:
+        """This record's ``ServerShape`` fields by name (of a ``Launch`` or a ``Deployment``)."""
+        return {f.name: getattr(self, f.name) for f in fields(ServerShape)}
+
+
+@dataclass
+class Deployment(ServerShape):
+    """One deployment ``plan`` simulates: a server's shape (``ServerShape``: the launch command's,
+    plan's flags over it) on a GPU, a line and a model; ``None`` where the user gave nothing."""
+
+    framework: str = "vllm"
+    line: str | None = None
+    gpu_key: str | None = None
+    cc: tuple[int, int] = (10, 3)
+    gpu_name: str = ""
+    model_max_len: int | None = None  # from the model's config
     flashinfer: str | None = None
     architecture: str | None = None
     source: str = "flag"  # "flag" | "command": how passed values are named in notes
+
+    @property
+    def speculates(self) -> bool:
+        """Speculative decoding: a method named, or draft tokens given (plan's --draft-tokens alone)."""
+        return bool(self.speculative or self.draft_tokens)
 
 
 @dataclass

@@ -60,8 +60,9 @@ from 0.5.20; ``layers/attention/flashinfer_backend.py``):
 
 from __future__ import annotations
 
-from guard_core.deployment.deployment_record import (DEFAULT_LINE, Defaults, Deployment, Derived, framework_label,
-                                                   installed_line, known_line, pinned_flashinfer, short_line)
+from guard_core.deployment.deployment_record import (DEFAULT_LINE, Defaults, Deployment, Derived, ServerShape,
+                                                   framework_label, installed_line, known_line, pinned_flashinfer,
+                                                   short_line)
 from guard_core.deployment.sglang_defaults import (SGLANG_LARGE, sglang_default_workspace, sglang_defaults,
                                                    sglang_request_pool, sglang_tensor_core_decode, sglang_workspace)
 from guard_core.deployment.vllm_defaults import (VLLM_BYTES_PER_ELEM, vllm_capture_grid, vllm_defaults,
@@ -70,7 +71,8 @@ from guard_core.flashinfer.releases import CHECKED_LINES  # the lines whose whee
 from guard_core.gpus import GPU_MEMORY, gpu_memory, is_aarch64_gpu  # per-GPU facts: one table, gpus.GPU_TABLE
 from guard_core.versions import is_version, parse_version
 
-__all__ = ["DEFAULT_LINE", "Defaults", "Deployment", "Derived", "GPU_MEMORY", "SGLANG_LARGE", "VLLM_BYTES_PER_ELEM",
+__all__ = ["DEFAULT_LINE", "Defaults", "Deployment", "Derived", "GPU_MEMORY", "SGLANG_LARGE", "ServerShape",
+           "VLLM_BYTES_PER_ELEM",
            "default_workspace", "derive", "framework_label", "gpu_memory", "installed_line", "is_aarch64_gpu",
            "known_line", "pinned_flashinfer", "server_workspace", "sglang_default_workspace", "sglang_request_pool",
            "sglang_tensor_core_decode", "sglang_workspace", "short_line", "vllm_capture_grid",

@@ -103,9 +103,9 @@ def sglang_defaults(d: Deployment, line: str, line_source: str) -> Defaults:
                 notes.append(f"cuda_graph_max_bs default {max_bs} lowered to max running requests {d.max_num_seqs} "
                              f"({label})")
         v["max_capture"] = mb
-        sizes = sglang_capture_list(line, mb.value, d.speculative, d.disable_graph_padding)
+        sizes = sglang_capture_list(line, mb.value, d.speculates, d.disable_graph_padding)
         v["capture_sizes"] = Derived(tuple(sizes), f"{label} capture list up to {mb.value}"
-                                     + (" (speculative list)" if d.speculative else ""))
+                                     + (" (speculative list)" if d.speculates else ""))
     out.decode_graph_sizes = tuple(v["capture_sizes"].value)
     pool, pool_src = sglang_request_pool(line, running, adp)
     if pool is not None:
@@ -131,7 +131,7 @@ def _sglang_running_requests(v: dict, d: Deployment, given: str, label: str) -> 
     if d.max_num_seqs:
         v["max_num_seqs"] = Derived(d.max_num_seqs, given, True)
         return int(d.max_num_seqs)
-    if (d.speculative_algorithm or "").upper() in SGLANG_SPEC_48:
+    if (d.speculative or "").upper() in SGLANG_SPEC_48:
         v["max_num_seqs"] = Derived(48, f"{label} resets max running requests to 48 for speculative decoding "
                                         "(--max-running-requests not given)")
         return 48
@@ -175,7 +175,7 @@ def _sglang_eagle(v: dict, d: Deployment, given: str, label: str) -> Deployment:
     requests per step (``eagle_topk``)."""
     from dataclasses import replace
 
-    algo = (d.speculative_algorithm or "").upper()
+    algo = (d.speculative or "").upper()
     if algo not in ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE"):
         return d
     steps, topk, n = d.spec_steps, d.eagle_topk, (d.draft_tokens + 1 if d.draft_tokens is not None else None)
@@ -195,7 +195,7 @@ def _sglang_eagle(v: dict, d: Deployment, given: str, label: str) -> Deployment:
     v["eagle_topk"] = Derived(topk, given if d.eagle_topk is not None and d.spec_steps is not None else src,
                               d.eagle_topk is not None)
     v["spec_steps"] = Derived(steps, given if d.spec_steps is not None else src, d.spec_steps is not None)
-    return replace(d, draft_tokens=n - 1, speculative=True)
+    return replace(d, draft_tokens=n - 1)
 
 
 def sglang_workspace(sglang_version: str | None, architecture: str | None) -> Derived:

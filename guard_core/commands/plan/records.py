@@ -42,6 +42,7 @@ class ServerConfig:
     settings: Settings  # the FLASHINFER_GUARD_* switches in that environment
     deterministic: bool
     record: dict  # what every plan says, sized or not
+    deployment: Any  # server_defaults.Deployment: what ``defaults`` were derived from
 
     @property
     def line(self) -> str:

@@ -9,13 +9,13 @@ from guard_core.commands.plan.command import server_environ
 from guard_core.commands.plan.model_source import mtp_depth, plan_model
 from guard_core.commands.plan.records import Command, PlanUsageError, ServerConfig
 from guard_core.decide.records import moe_verdict
-from guard_core.deployment.server_defaults import (Deployment, derive, framework_label, gpu_memory, is_aarch64_gpu,
-                                                   short_line)
+from guard_core.deployment.server_defaults import (Deployment, ServerShape, derive, framework_label, gpu_memory,
+                                                   is_aarch64_gpu, short_line)
 from guard_core.flashinfer.planner import family
 from guard_core.gpus import find_spec
 from guard_core.runtime.settings import MOE, load_settings
 
-__all__ = ["resolve_server"]
+__all__ = ["PLAN_FLAGS", "resolve_server"]
 
 
 def resolve_server(a, cmd: Command, resolve_gpu, environ) -> ServerConfig:
@@ -42,7 +42,7 @@ def resolve_server(a, cmd: Command, resolve_gpu, environ) -> ServerConfig:
     record = _base_record(a, L, fw, gpu, gpu_key, model, model_source, defaults, settings)
     record["environment"] = env_why
     return ServerConfig(model, model_source, model_path, gpu, gpu_key, defaults, kv_dtype, env, env_why, settings,
-                        det, record)
+                        det, record, d)
 
 
 def _pick(flag_value, cmd_value, name: str, notes: list, flag: str):
@@ -52,45 +52,45 @@ def _pick(flag_value, cmd_value, name: str, notes: list, flag: str):
     return flag_value if flag_value is not None else cmd_value
 
 
+# plan's own flags over the command's shape, in the order their notes are written: (the ServerShape
+# field, plan's option (its dest in ``a``: the option's name, as argparse makes it), what the command
+# calls the value: one name, or vLLM's and SGLang's)
+PLAN_FLAGS = (("tp", "--tp", "tensor parallel size"),
+              ("dcp", "--dcp", "decode context parallel size"),
+              ("max_num_seqs", "--max-num-seqs", ("max seqs", "max running requests")),
+              ("max_batched_tokens", "--max-batched-tokens", ("max batched tokens", "chunked prefill size")),
+              ("max_model_len", "--max-model-len", "max model len"),
+              ("draft_tokens", "--draft-tokens", "draft tokens"),
+              ("capture_sizes", "--capture-sizes", "capture sizes"),
+              ("max_capture", "--max-capture-batch", "capture ceiling"),
+              ("page_size", "--page-size", "page size"))
+
+
 def _deployment(a, L, fw, gpu, gpu_key, facts, model_max_len, model_name, environ, notes: list):
-    """(Deployment, KV-cache dtype): each limit from its flag, else the command (``_pick``)."""
-    tp = _pick(a.tp, L.tp if L else None, "tensor parallel size", notes, "--tp")
-    dcp = _pick(a.dcp, L.dcp if L else None, "decode context parallel size", notes, "--dcp")
-    seqs = _pick(a.max_num_seqs, L.max_num_seqs if L else None,
-                 "max seqs" if fw == "vllm" else "max running requests", notes, "--max-num-seqs")
-    tokens = _pick(a.max_batched_tokens, L.max_batched_tokens if L else None,
-                   "max batched tokens" if fw == "vllm" else "chunked prefill size", notes, "--max-batched-tokens")
-    mlen = _pick(a.max_model_len, L.max_model_len if L else None, "max model len", notes, "--max-model-len")
-    cmd_k = L.draft_tokens if L else None
-    if L and L.draft_tokens_from_model and cmd_k is None:
-        cmd_k, how = mtp_depth(model_name, environ)
-        notes.append(f"speculative method {L.speculative} without num_speculative_tokens: vLLM runs the draft "
-                     f"model's MTP depth (vllm/config/speculative.py n_predict): {cmd_k} ({how})")
-    k = _pick(a.draft_tokens, cmd_k, "draft tokens", notes, "--draft-tokens")
-    sizes = _pick(a.capture_sizes, L.capture_sizes if L else None, "capture sizes", notes, "--capture-sizes")
-    max_cap = _pick(a.max_capture_batch, L.max_capture if L else None, "capture ceiling", notes,
-                    "--max-capture-batch")
-    page = _pick(a.page_size, L.page_size if L else None, "page size", notes, "--page-size")
-    eager = bool(a.no_cuda_graph or (L.eager if L else False))
+    """(Deployment, KV-cache dtype): the command's shape whole (``ServerShape.shape``), each of
+    ``PLAN_FLAGS`` over it (``_pick``), on the GPU, the line and the model."""
+    shape = (L or ServerShape()).shape()
+    for name, flag, words in PLAN_FLAGS:
+        # the command's draft tokens, where vLLM reads them from the model (MTP without a count)
+        if name == "draft_tokens" and L and L.draft_tokens_from_model and shape[name] is None:
+            shape[name], how = mtp_depth(model_name, environ)
+            notes.append(f"speculative method {L.speculative} without num_speculative_tokens: vLLM runs the draft "
+                         f"model's MTP depth (vllm/config/speculative.py n_predict): {shape[name]} ({how})")
+        words = words if isinstance(words, str) else words[fw != "vllm"]
+        shape[name] = _pick(getattr(a, flag[2:].replace("-", "_")), shape[name], words, notes, flag)
+    shape["eager"] = bool(a.no_cuda_graph or shape["eager"])
+    shape["expert_parallel"] = bool(shape["expert_parallel"] or (L and (L.ep or 1) > 1))  # SGLang --ep-size N
     kv_dtype = getattr(a, "kv_cache_dtype", None) or (L.kv_cache_dtype if L else None)
     if getattr(a, "kv_cache_dtype", None) and L and L.kv_cache_dtype and a.kv_cache_dtype != L.kv_cache_dtype:
         notes.append(f"--kv-cache-dtype {a.kv_cache_dtype} replaces the command's {L.kv_cache_dtype}")
     kv_dtype = kv_dtype or "auto"
+    sizes, max_cap = shape["capture_sizes"], shape["max_capture"]
     if sizes and max_cap and not (L and L.capture_sizes and L.max_capture):
         notes.append(f"capture ceiling {max_cap} ignored: explicit capture sizes {min(sizes)}..{max(sizes)} decide")
-        max_cap = None
+        shape["max_capture"] = None
     d = Deployment(framework=fw, line=a.framework_version, gpu_key=gpu_key, cc=gpu.cc, gpu_name=gpu.name,
-                   tp=tp, pp=L.pp if L else None, dp=L.dp if L else None, dcp=dcp,
-                   attn_dp=L.attn_dp if L and fw == "sglang" else None,
-                   expert_parallel=bool(L and (L.expert_parallel or (L.ep or 1) > 1)),
-                   all2all_backend=L.all2all_backend if L else None, max_num_seqs=seqs, max_batched_tokens=tokens,
-                   max_model_len=mlen, model_max_len=model_max_len, draft_tokens=k,
-                   speculative=bool(L and L.speculative) or bool(k), capture_sizes=sizes, max_capture=max_cap,
-                   speculative_algorithm=L.speculative if L and fw == "sglang" else None,
-                   eagle_topk=L.eagle_topk if L else None, spec_steps=L.spec_steps if L else None,
-                   eager=eager, chunked_prefill=L.chunked_prefill if L else None,
-                   disable_graph_padding=bool(L and L.disable_graph_padding), page_size=page,
-                   flashinfer=a.flashinfer, architecture=facts.architecture, source="command" if L else "flag")
+                   model_max_len=model_max_len, flashinfer=a.flashinfer, architecture=facts.architecture,
+                   source="command" if L else "flag", **shape)
     return d, kv_dtype
 
 

@@ -2,5 +2,6 @@
 prefixes, the server's environment, bounded values, --config YAML, option tables, pre-processing, resolution.
 
 May import: what guard_core.deployment may (the ground floor, guard_core.flashinfer, runtime.settings) and the
-deployment modules under it (command_limits, server_defaults, server_parsers); nothing imports it but launch_command.
+deployment modules under it (command_limits, deployment_record, server_defaults, server_parsers); nothing imports
+it but launch_command.
 """

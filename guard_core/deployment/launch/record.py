@@ -4,45 +4,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from guard_core.deployment.deployment_record import ServerShape
+
 __all__ = ["BOUNDS", "Launch", "MAX_CAPTURE_SIZES", "MAX_TOKENS", "MAX_TOKEN_CHARS", "READ_ENV", "SGLANG_EAGLE_FAMILY"]
 
 
 @dataclass
-class Launch:
+class Launch(ServerShape):
+    """What a launch command says: the server's shape (``ServerShape``, the fields ``Deployment`` has
+    too: parallelism, limits, speculative decoding, CUDA graphs, pages), how the server was started
+    and read, and what else the command sets."""
+
     framework: str  # vllm | sglang
     form: str  # how it was started
     model: str | None = None
-    tp: int | None = None
-    dp: int | None = None
-    pp: int | None = None
-    dcp: int | None = None
     ep: int | None = None  # SGLang --ep-size
-    expert_parallel: bool = False
-    all2all_backend: str | None = None
-    max_num_seqs: int | None = None
-    max_batched_tokens: int | None = None
-    max_model_len: int | None = None
     kv_cache_dtype: str | None = None
-    draft_tokens: int | None = None
     draft_tokens_from_model: bool = False  # vLLM MTP without num_speculative_tokens: the model's MTP depth
-    speculative: str | None = None  # method / algorithm
     # --hf-overrides (vLLM) / --json-model-override-args (SGLang): {"option", "values", "nested"}
     model_overrides: dict | None = None
-    eagle_topk: int | None = None  # SGLang --speculative-eagle-topk
-    spec_steps: int | None = None  # SGLang --speculative-num-steps
-    capture_sizes: tuple[int, ...] | None = None
-    max_capture: int | None = None
-    eager: bool = False
-    chunked_prefill: bool | None = None
     attention_backend: str | None = None
     decode_attention_backend: str | None = None
     prefill_attention_backend: str | None = None
     quantization: str | None = None
-    page_size: int | None = None
-    disable_graph_padding: bool = False
     dp_attention: bool = False
     image_line: str | None = None  # the server version a `docker run` image tag names (vllm/vllm-openai:v0.19.1)
-    attn_dp: int | None = None  # SGLang attention DP width (--enable-dp-attention: dp; 0.5.23 --attn-dp-size)
     workspace_bytes: int | None = None  # the native workspace variable in the command or the environment
     workspace_source: str | None = None
     reader: str = ""  # which parser read it
