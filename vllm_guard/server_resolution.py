@@ -2,7 +2,7 @@
 
     python -m vllm_guard.server_resolution < request.json
 
-prints one line ``FLASHINFER_GUARD_RESOLVED {json}`` (vLLM's own log lines go before it and are
+prints one line ``FLASHINFER_GUARD_RESOLVED {json}`` (a list of requests: one line each) (vLLM's own log lines go before it and are
 dropped by the caller, ``guard_core.commands.plan.server_resolution``); never a traceback.
 
 The request: ``{"tokens": [the server's arguments], "model": local directory with config.json,
@@ -230,7 +230,7 @@ def _builders(vc, label: str, read_config, gpu_key: str) -> dict:
                 out.append({"facts": _facts_dict(facts), "server_bytes": int(srv), "user_bytes": user,
                             "group": dict(named[0][1], count=sum(int(r["count"]) for _, r in named))})
     except Exception as exc:
-        return {"ok": False, "refusal": _one_line(f"{label}'s FlashInfer builder refuses", exc)}
+        return {"ok": False, "refusal": _one_line(f"{label}'s FlashInfer builder refuses", exc), "resolved": resolved}
     return {"ok": True, "label": label, "builders": out, "resolved": resolved}
 
 
@@ -249,13 +249,21 @@ def _resolved(vc) -> dict:
 
 
 def main() -> int:
+    """One request (a JSON object) -> one answer line; a JSON list of requests -> one line each, in
+    order, from one process (vLLM imported once)."""
     try:
-        req = json.loads(sys.stdin.read())
-        ans = resolve(req)
+        reqs = json.loads(sys.stdin.read())
     except Exception as exc:  # never a traceback: one line
-        ans = {"ok": False, "refusal": _one_line("vLLM's resolution failed", exc)}
-    sys.stdout.write(MARK + json.dumps(ans, default=str) + "\n")
-    sys.stdout.flush()
+        reqs = [exc]
+    for req in reqs if isinstance(reqs, list) else [reqs]:
+        try:
+            if isinstance(req, Exception):
+                raise req
+            ans = resolve(req)
+        except Exception as exc:
+            ans = {"ok": False, "refusal": _one_line("vLLM's resolution failed", exc)}
+        sys.stdout.write(MARK + json.dumps(ans, default=str) + "\n")
+        sys.stdout.flush()
     return 0
 
 

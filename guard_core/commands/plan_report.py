@@ -30,12 +30,16 @@ from guard_core.commands.plan.printing import print_report
 from guard_core.commands.plan.records import Command, Decided, FactsSet, ModelView, PlanUsageError, ServerConfig
 from guard_core.commands.plan.report import describe_scenario, report
 from guard_core.commands.plan.server import resolve_server
+from guard_core.commands.plan import server_resolution as server_resolution_stage
 from guard_core.commands.plan.server_resolution import server_facts
 
 __all__ = ["PlanUsageError", "build", "print_report", "split_launch",
            # the stages, in order, and their records
            "read_command", "resolve_server", "read_model", "server_facts", "build_facts", "decide", "report",
-           "Command", "ServerConfig", "ModelView", "FactsSet", "Decided", "resolve_model", "describe_scenario"]
+           "Command", "ServerConfig", "ModelView", "FactsSet", "Decided", "resolve_model", "describe_scenario",
+           # the server-resolution stage's module: its ``_ask`` (the subprocess) is the seam the parity probe
+           # replaces with the same resolve() in its own vLLM process (tests/vllm/parity_probe.py)
+           "server_resolution_stage"]
 
 
 def build(a, resolve_gpu, environ=None) -> dict:

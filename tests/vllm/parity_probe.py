@@ -167,10 +167,10 @@ def server_in_process() -> None:
     tens of seconds); here the same ``resolve(request)`` answers in this vLLM process, which already
     simulates the GPU the same way: only the process boundary is skipped (tests/vllm/
     test_server_resolution.py runs it for real)."""
-    import guard_core.commands.plan.server_resolution as sr
     import vllm_guard.server_resolution as vsr
+    from guard_core.commands import plan_report
 
-    sr._ask = lambda fw, req, environ: vsr.resolve(req)
+    plan_report.server_resolution_stage._ask = lambda fw, req, environ: vsr.resolve(req)
 
 
 def main() -> None:
