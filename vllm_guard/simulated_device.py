@@ -14,9 +14,8 @@ GPU table here; nothing else of vLLM is changed. Each answer names the vLLM code
   (``guard_core.deployment.server_parsers``), only for building the config;
 - ``Platform.support_static_graph_mode``: CUDA graphs allowed (the platform the server runs on is
   CUDA; ``CompilationConfig`` drops graphs on platforms without it);
-- pinned host memory off (``tests``-free copy of the rule: pinning needs a CUDA driver; vLLM <= 0.25
-  asks ``is_pin_memory_available``, 0.26+ reads ``vllm.utils.torch_utils.PIN_MEMORY``); it changes
-  no FlashInfer size, only where host copies of the metadata live;
+- pinned host memory off (``no_pinned_memory``, also what the tests' CPU host uses); it changes no
+  FlashInfer size, only where host copies of the metadata live;
 - FlashInfer's SM count (``get_device_sm_count``, imported into v1/attention/backends/flashinfer.py
   0.33.0:24) and the multi-CTA counter buffer (``_get_multi_ctas_kv_counter_buffer``, 0.33.0:161)
   on the CPU;
@@ -29,7 +28,7 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["simulate"]
+__all__ = ["no_pinned_memory", "simulate"]
 
 
 def simulate(gpu_key: str, trtllm: bool | None) -> None:
@@ -49,8 +48,7 @@ def simulate(gpu_key: str, trtllm: bool | None) -> None:
     cls.get_device_name = classmethod(lambda c, device_id=0: spec.name)
     cls.get_device_total_memory = classmethod(lambda c, device_id=0: spec.memory[0])
     cls.support_static_graph_mode = classmethod(lambda c: True)
-    cls.is_pin_memory_available = classmethod(lambda c: False)
-    _no_pinned_memory()
+    no_pinned_memory()
     import vllm.utils.flashinfer as vfi
 
     vfi.has_nvidia_artifactory = lambda: bool(trtllm)
@@ -68,9 +66,13 @@ def simulate(gpu_key: str, trtllm: bool | None) -> None:
         m._get_multi_ctas_kv_counter_buffer = lambda n, device: real(n, torch.device("cpu"))
 
 
-def _no_pinned_memory() -> None:
-    """vLLM 0.26+ computes ``PIN_MEMORY`` once (vllm/utils/torch_utils.py) and modules import it by
-    name; ``CpuGpuBuffer`` takes it as a default argument (vllm/v1/utils.py)."""
+def no_pinned_memory() -> None:
+    """No pinned host memory (pinning needs a CUDA driver). vLLM <= 0.25 asks the platform each time
+    (``is_pin_memory_available``); 0.26+ computes ``PIN_MEMORY`` once (vllm/utils/torch_utils.py),
+    modules import it by name, and ``CpuGpuBuffer`` takes it as a default argument (vllm/v1/utils.py)."""
+    from vllm.platforms import current_platform
+
+    type(current_platform).is_pin_memory_available = classmethod(lambda c: False)
     try:
         import vllm.utils.torch_utils as tu
     except ImportError:
