@@ -6,7 +6,8 @@ prints one line ``FLASHINFER_GUARD_RESOLVED {json}`` (a list of requests: one li
 dropped by the caller, ``guard_core.commands.plan.server_resolution``); never a traceback.
 
 The request: ``{"tokens": [the server's arguments], "model": local directory with config.json,
-"gpu": table key, "trtllm": true|false|null, "overrides": {EngineArgs field: value}}``. The path is
+"gpu": table key, "trtllm": true|false|null, "flags": {plan's flag: value}}`` (``FLAG_OPTIONS``;
+``draft_tokens``: the command's speculative config with that many tokens, else vLLM's n-gram drafter). The path is
 the server's own, step by step:
 
 1. the arguments are parsed by vLLM's ``vllm serve`` parser (``FlexibleArgumentParser`` +
@@ -14,7 +15,7 @@ the server's own, step by step:
    vllm.entrypoints.openai.api_server``; built by ``guard_core.deployment.server_parsers``);
 2. ``EngineArgs.from_cli_args`` (vllm/entrypoints/cli/serve.py: ``args.model = args.model_tag``),
    with the local config directory as the model, no tokenizer, never remote code, and plan's own
-   flags (``overrides``) over the command's;
+   flags over the command's;
 3. ``create_engine_config(UsageContext.OPENAI_API_SERVER)`` on the simulated GPU
    (``vllm_guard.simulated_device``): vLLM's defaults per GPU, each model's
    ``verify_and_update_config`` (gpt-oss: capture ceiling 1024), the speculative config, the
@@ -42,6 +43,12 @@ import sys
 __all__ = ["MARK", "resolve", "main"]
 
 MARK = "FLASHINFER_GUARD_RESOLVED "
+# plan's flags -> the ``vllm serve`` option (its argparse dest, an EngineArgs field) each replaces
+FLAG_OPTIONS = {"tp": "tensor_parallel_size", "dcp": "decode_context_parallel_size", "max_num_seqs": "max_num_seqs",
+                "max_batched_tokens": "max_num_batched_tokens", "max_model_len": "max_model_len",
+                "kv_cache_dtype": "kv_cache_dtype", "page_size": "block_size",
+                "max_capture_batch": "max_cudagraph_capture_size", "capture_sizes": "cudagraph_capture_sizes",
+                "no_cuda_graph": "enforce_eager"}
 
 
 def _one_line(what: str, exc: BaseException) -> str:
@@ -70,11 +77,13 @@ def _engine_args(req: dict):
     # here the local config directory, without a tokenizer and never with remote code
     ns.model = ns.model_tag = req["model"]
     ns.tokenizer, ns.skip_tokenizer_init, ns.trust_remote_code = None, True, False
-    for k, v in (req.get("overrides") or {}).items():
-        if k == "num_speculative_tokens":
+    for flag, v in (req.get("flags") or {}).items():
+        if flag == "draft_tokens":
             ns.speculative_config = _speculative(getattr(ns, "speculative_config", None), int(v))
+        elif flag in FLAG_OPTIONS:
+            setattr(ns, FLAG_OPTIONS[flag], list(v) if isinstance(v, list) else v)
         else:
-            setattr(ns, k, list(v) if isinstance(v, list) else v)
+            raise ValueError(f"plan's flag {flag} has no vLLM option here")
     ea = EngineArgs.from_cli_args(ns)
     return ea
 

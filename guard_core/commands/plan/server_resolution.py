@@ -7,8 +7,8 @@ request in a subprocess (its imports and log lines stay out of plan's output) an
 answer line, ``FLASHINFER_GUARD_RESOLVED {json}``:
 
 - request: ``{"tokens": the server's arguments, "model": a directory holding config.json, "gpu":
-  the table key, "trtllm": --trtllm-attention (true/false/null), "overrides": {the server's
-  option dest: plan's flag value}}``;
+  the table key, "trtllm": --trtllm-attention (true/false/null), "flags": {plan's flag (``_FLAGS``):
+  value}}``, the flags given to ``plan`` over the command's options;
 - answer: ``{"ok": true, "label": "<Server> <version>", "builders": [{"facts": a
   WorkspaceFacts as a dict, "server_bytes", "user_bytes", "group": the layer group}],
   "resolved": {the settings the server resolved}}``, or ``{"ok": false, "refusal": one line}``.
@@ -30,14 +30,12 @@ from guard_core.deployment.server_defaults import framework_label
 __all__ = ["server_facts", "RESOLUTION_TIMEOUT_S", "MARK"]
 
 MARK = "FLASHINFER_GUARD_RESOLVED "
-RESOLUTION_TIMEOUT_S = int(os.environ.get("FLASHINFER_GUARD_PLAN_RESOLUTION_TIMEOUT", "300") or 300)
+RESOLUTION_TIMEOUT_S = 300
 
-# plan's flags -> the vLLM option (argparse dest, EngineArgs field) each replaces
-_VLLM_FLAGS = (("tp", "tensor_parallel_size"), ("dcp", "decode_context_parallel_size"),
-               ("max_num_seqs", "max_num_seqs"), ("max_batched_tokens", "max_num_batched_tokens"),
-               ("max_model_len", "max_model_len"), ("kv_cache_dtype", "kv_cache_dtype"), ("page_size", "block_size"),
-               ("max_capture_batch", "max_cudagraph_capture_size"), ("capture_sizes", "cudagraph_capture_sizes"),
-               ("draft_tokens", "num_speculative_tokens"))
+# plan's own flags the server's module applies over the command's options (each maps them to its own
+# option: vllm_guard.server_resolution.FLAG_OPTIONS)
+_FLAGS = ("tp", "dcp", "max_num_seqs", "max_batched_tokens", "max_model_len", "kv_cache_dtype", "page_size",
+          "max_capture_batch", "capture_sizes", "draft_tokens", "no_cuda_graph")
 # what-ifs outside the server's config: plan sizes them with its own rules
 _WHAT_IFS = (("kv_dtype_bytes", "--kv-dtype-bytes"), ("v_head_dim", "--v-head-dim"), ("sms", "--sms"),
              ("cc", "--cc"), ("deterministic", "--deterministic"))
@@ -102,16 +100,15 @@ def _request(a, cmd: Command, server: ServerConfig) -> dict:
         from guard_core.deployment.launch_command import split_command
 
         tokens = list(split_command(list(a.launch))[2])
-    over = {dest: getattr(a, flag) for flag, dest in _VLLM_FLAGS if getattr(a, flag, None) is not None}
-    if "cudagraph_capture_sizes" in over:
-        over["cudagraph_capture_sizes"] = list(over["cudagraph_capture_sizes"])
-    if getattr(a, "no_cuda_graph", False):
-        over["enforce_eager"] = True
+    flags = {f: getattr(a, f, None) for f in _FLAGS}
+    flags = {f: v for f, v in flags.items() if v is not None and v is not False}  # 0 draft tokens is a value
+    if "capture_sizes" in flags:
+        flags["capture_sizes"] = list(flags["capture_sizes"])
     trt = {"on": True, "off": False}.get(getattr(a, "trtllm_attention", None))
     model = server.model_path
     if os.path.basename(model) == "config.json":
         model = os.path.dirname(model) or "."
-    return {"tokens": tokens, "model": model, "gpu": server.gpu_key, "trtllm": trt, "overrides": over}
+    return {"tokens": tokens, "model": model, "gpu": server.gpu_key, "trtllm": trt, "flags": flags}
 
 
 def _ask(fw: str, req: dict, environ: dict) -> dict:
@@ -124,7 +121,10 @@ def _ask(fw: str, req: dict, environ: dict) -> dict:
 
     import guard_core
 
-    env = dict(environ)
+    # this process's environment without the servers' and FlashInfer's variables, then the ones the
+    # server sees (docker -e only, env -i, env -u: commands/plan/command.server_environ)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "SGLANG_", "FLASHINFER", "SGL_"))}
+    env.update(environ)
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", CUDA_VISIBLE_DEVICES="", FLASHINFER_GUARD="0")
     here = os.path.dirname(os.path.dirname(os.path.abspath(guard_core.__file__)))
     env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
