@@ -10,7 +10,8 @@ answer line, ``FLASHINFER_GUARD_RESOLVED {json}``:
   the table key, "trtllm": --trtllm-attention (true/false/null), "flags": {plan's flag (``_FLAGS``):
   value}}``, the flags given to ``plan`` over the command's options;
 - answer: ``{"ok": true, "label": "<Server> <version>", "builders": [{"facts": a
-  WorkspaceFacts as a dict, "server_bytes", "user_bytes", "group": the layer group}],
+  WorkspaceFacts as a dict, "server_bytes", "user_bytes", "group": the layer group, "runner": ""
+  or SGLang's "target"/"draft" (optional)}],
   "resolved": {the settings the server resolved}}``, or ``{"ok": false, "refusal": one line}``.
 
 The facts become the ``FactsSet`` the next stage (``decide``) takes, exactly as ``build_facts``'s
@@ -170,7 +171,7 @@ def _facts_set(a, cmd: Command, server: ServerConfig, model: ModelView, ans: dic
     groups = []
     for b in ans["builders"]:
         f = _workspace_facts(b["facts"], server, given)
-        groups.append((rank_groups_from([b["group"]])[0], "", f, b))
+        groups.append((rank_groups_from([b["group"]])[0], b.get("runner", ""), f, b))
     top = max(groups, key=lambda r: r[3]["server_bytes"])
     srv, user = int(top[3]["server_bytes"]), top[3].get("user_bytes")
     buffer = srv
@@ -182,9 +183,9 @@ def _facts_set(a, cmd: Command, server: ServerConfig, model: ModelView, ans: dic
             raise PlanUsageError(f"--workspace must be a size such as 394MiB, 1GiB or a byte count, got {a.workspace!r}")
     pf = top[2].planner_facts
     trt = pf.trtllm_attention
-    pl_info = {"tcd": True, "tcd_why": "vLLM always decodes with tensor cores",
+    pl_info = {"tcd": pf.tensor_core_decode, "tcd_why": f"tensor-core decode as {ans['label']}'s backend sets it",
                "trt_src": f"TRT-LLM attention {'usable' if trt else 'not used' if trt is False else 'unknown'} "
-                          f"({ans['label']}'s builder)", "notes": []}
+                          f"({ans['label']}'s backend)", "notes": []}
     if a.decode_planner or a.prefill_planner:
         pl_info["notes"].append("planner given: " + ", ".join(
             f"{n} {v}" for n, v in (("decode", a.decode_planner), ("prefill", a.prefill_planner)) if v))
