@@ -101,7 +101,6 @@ def _inspect_in_this_process() -> None:
 def read(path: str, tps=(1,)) -> dict:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    from types import SimpleNamespace
 
     _inspect_in_this_process()
 
@@ -113,6 +112,14 @@ def read(path: str, tps=(1,)) -> dict:
     except Exception as exc:  # the server refuses this config: say so in one line
         msg = " ".join(str(exc).split())[:300]
         return {"ok": False, "refusal": f"vLLM refuses the config: {type(exc).__name__}: {msg}"}
+    return read_config(mc, tps)
+
+
+def read_config(mc, tps=(1,)) -> dict:
+    """The answer of ``read`` from vLLM's own ``ModelConfig`` (also the one inside a resolved
+    ``VllmConfig``: ``vllm_guard.server_resolution``)."""
+    from types import SimpleNamespace
+
     tc = mc.hf_text_config
     n = int(mc.get_total_num_hidden_layers())
     mt = _get(tc, "model_type", "")

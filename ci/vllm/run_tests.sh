@@ -46,12 +46,15 @@ for line in $lines; do
   # stands down) and 0.32.0 what differs there: the line, the plugin loader, the MoE rows
   # that still apply, the real calls and the differential search through that line's
   # builders (0.33.0), its defaults, its option table and the model corpus (0.33.0).
+  # plan through vLLM's own resolution (issue 26 item 2, test_server_resolution): the speculative
+  # case on 0.23.0, gpt-oss's ceiling and the refusals on 0.33.0, the fall-through on both, and 20
+  # deployments of the parity search on every line (test_plan_parity).
   # FLASHINFER_GUARD_FULL=1 (FLASHINFER_GUARD_VLLM_FULL=1, ci/matrix.sh) runs everything.
   select=()
   if [ "${FLASHINFER_GUARD_FULL:-${FLASHINFER_GUARD_VLLM_FULL:-0}}" != 1 ]; then
     case "$line" in
-      0.23.0) select=(-k "not corpus_read_as_vllm_reads_it and not named_models_read_as_vllm") ;;
-      0.33.0) select=(-k "line_under_test or discovered or moe_aarch64_auto or moe_x86_auto or row_bf16 or workspace_exact_need or realcalls or defaults_crosscheck or differential or launch_parser or model_groups or plan_parity or published_configs or model_defaults or kv_budget or buffer_rule") ;;
+      0.23.0) select=(-k "not corpus_read_as_vllm_reads_it and not named_models_read_as_vllm and not server_resolution_gpt_oss") ;;
+      0.33.0) select=(-k "server_resolution_gpt_oss or server_resolution_falls or line_under_test or discovered or moe_aarch64_auto or moe_x86_auto or row_bf16 or workspace_exact_need or realcalls or defaults_crosscheck or differential or launch_parser or model_groups or plan_parity or published_configs or model_defaults or kv_budget or buffer_rule") ;;
       0.32.0) select=(-k "line_under_test or discovered or moe_aarch64_auto or workspace_exact_need or capture_1024 or realcalls or defaults_crosscheck or plan_parity") ;;
     esac
   fi

@@ -168,6 +168,10 @@ def _add_server_options(pl) -> None:
                     help="how the command after -- is read: the server's own argument parser (server), the "
                          "built-in reader rebuilt from the line's option table (builtin); default auto: the "
                          "server's own parser when the simulated line is the one installed here")
+    pl.add_argument("--resolution", choices=("auto", "server", "builtin"), default="auto",
+                    help="who resolves the command into the server's config: the installed server itself, on a "
+                         "simulated GPU (server), or the built-in per-line rules (builtin); default auto: the "
+                         "server where it is installed here at the simulated line, else the built-in rules")
     pl.add_argument("--trtllm-attention", choices=("on", "off"), default=None,
                     help="vLLM on SM10x: whether FlashInfer's TRT-LLM attention cubins are usable (then decode "
                          "plans nothing in this buffer); default: unknown, the larger need is kept")

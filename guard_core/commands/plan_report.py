@@ -6,7 +6,8 @@ One path of named stages, each a function of the one before (``build``):
 presets; the simulated line's defaults on the simulated GPU, ``server_defaults.py``; the
 environment the server process sees and the FLASHINFER_GUARD_* switches in it) ->
 ``read_model`` (the attention groups one rank plans, the server's own reader where
-installed) -> ``build_facts`` (one ``workspace_decision.WorkspaceFacts`` per group, the
+installed) -> ``server_facts`` (where the server is installed at the simulated line: its own
+resolution of the command on a simulated GPU, read by the adapter's code; else) ``build_facts`` (one ``workspace_decision.WorkspaceFacts`` per group, the
 record the adapters build) -> ``decide`` (``workspace_decision.need``/``decide``, the
 fixed-split pair, ``moe_decision.decide``: the adapters' own calls) -> ``report`` (a dict,
 the ``--json`` output; ``print_report`` renders it). Nothing here sizes or judges:
@@ -29,13 +30,18 @@ from guard_core.commands.plan.printing import print_report
 from guard_core.commands.plan.records import Command, Decided, FactsSet, ModelView, PlanUsageError, ServerConfig
 from guard_core.commands.plan.report import describe_scenario, report
 from guard_core.commands.plan.server import PLAN_FLAGS, resolve_server
+from guard_core.commands.plan import server_resolution as server_resolution_stage
+from guard_core.commands.plan.server_resolution import server_facts
 
 __all__ = ["PlanUsageError", "build", "print_report", "split_launch",
            # the stages, in order, and their records
-           "read_command", "resolve_server", "read_model", "build_facts", "decide", "report",
+           "read_command", "resolve_server", "read_model", "server_facts", "build_facts", "decide", "report",
            "Command", "ServerConfig", "ModelView", "FactsSet", "Decided", "resolve_model", "describe_scenario",
            # plan's own flags over the launch command's ServerShape
-           "PLAN_FLAGS"]
+           "PLAN_FLAGS",
+           # the server-resolution stage's module: its ``_ask`` (the subprocess) is the seam the parity probe
+           # replaces with the same resolve() in its own vLLM process (tests/vllm/parity_probe.py)
+           "server_resolution_stage"]
 
 
 def build(a, resolve_gpu, environ=None) -> dict:
@@ -53,6 +59,7 @@ def build(a, resolve_gpu, environ=None) -> dict:
     model = read_model(a, cmd, server)
     if model.not_applicable:
         return dict(server.record, verdict="not_applicable", reason=model.not_applicable, notes=cmd.notes)
-    facts = build_facts(a, cmd, server, model)
+    # the facts as the installed server resolves them (server_resolution), else the built-in rules
+    facts = server_facts(a, cmd, server, model) or build_facts(a, cmd, server, model)
     decided = decide(server, facts)
     return report(a, cmd, server, model, facts, decided)

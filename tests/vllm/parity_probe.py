@@ -1,6 +1,6 @@
 """Parity search (issue 26): `flashinfer-guard plan` against the adapter inside vLLM, per deployment.
 
-    python tests/vllm/parity_probe.py SEED COUNT
+    python tests/vllm/parity_probe.py SEED COUNT [N_SERVER]
 
 One interpreter, many deployments. For each seeded generated deployment (GPU, attention shape,
 max seqs, batched tokens, KV-cache dtype, speculative n-gram draft tokens, capture ceiling,
@@ -9,7 +9,8 @@ eager), vLLM resolves its own config from the engine arguments
 simulated GPU, the model's real ``Attention`` layers give the KV-cache spec, vLLM resolves its
 CUDA-graph mode, and the real ``FlashInferMetadataBuilder`` is built on the CPU. The adapter's
 decision is ``vllm_guard.workspace_facts.decide(builder, module)``; `plan` is run in this process
-with the built-in readers (as in the core environment) on the same launch command. Each
+with the built-in readers (as in the core environment) on the same launch command, and the first
+N_SERVER deployments also through vLLM's own resolution (``plan --resolution server``). Each
 deployment prints one ``PARITY {json}`` line: both needs, buffers and verdicts, and the command.
 
 Faked (nothing else): the platform's device name, memory and capability (no GPU here), static
@@ -144,23 +145,41 @@ def adapter(d: dict, model: str, cls, platform_gpu) -> dict:
             "verdict": "overflow" if bd.decision.action == "raise" else "ok", "line": bd.decision.line}
 
 
-def plan(model: str, d: dict) -> dict:
+def plan(model: str, d: dict, resolution: str = "builtin") -> dict:
+    """`plan` on the deployment's launch command: the built-in rules (as in the core environment), or
+    (``resolution="server"``) vLLM's own resolution of the command (issue 26 item 2)."""
     from guard_core.commands import cli
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = cli.main(["plan", "--json", "--gpu", d["gpu"], "--framework-version", _line(), "--launch-reader",
-                         "builtin", "--model-reader", "builtin", "--", *command(model, d)])
+                         "builtin", "--model-reader", "builtin", "--resolution", resolution, "--",
+                         *command(model, d)])
     if code != 0:
         return {"error": err.getvalue().strip()}
     r = json.loads(out.getvalue())
     return {"need": r["need"]["float_bytes"], "buffer": r["workspace_bytes"], "verdict": r["verdict"],
-            "line": (r.get("guard") or {}).get("line")}
+            "line": (r.get("guard") or {}).get("line"), "resolution": (r.get("resolution") or {}).get("used")}
+
+
+def server_in_process() -> None:
+    """`plan --resolution server` asks ``vllm_guard.server_resolution`` in a subprocess (vLLM's start-up,
+    tens of seconds); here the same ``resolve(request)`` answers in this vLLM process, which already
+    simulates the GPU the same way: only the process boundary is skipped (tests/vllm/
+    test_server_resolution.py runs it for real)."""
+    import vllm_guard.server_resolution as vsr
+    from guard_core.commands import plan_report
+
+    plan_report.server_resolution_stage._ask = lambda fw, req, environ: vsr.resolve(req)
 
 
 def main() -> None:
     # SEED COUNT, or `json '[{deployment}, ...]'` for given deployments
     given = json.loads(sys.argv[2]) if sys.argv[1] == "json" else None
+    # the first N_SERVER deployments are also planned through vLLM's own resolution (--resolution server)
+    n_server = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+    if n_server or (given and any(d.get("server") for d in given)):
+        server_in_process()
     from vllm.platforms import current_platform
 
     cls = type(current_platform)
@@ -193,6 +212,8 @@ def main() -> None:
             traceback.print_exc()
             row["adapter"] = {"error": f"{type(exc).__name__}: {exc}"}
         row["plan"] = plan(model, d)
+        if d.get("server") or i < n_server:
+            row["plan_server"] = plan(model, d, "server")
         print("PARITY " + json.dumps(row), flush=True)
 
 

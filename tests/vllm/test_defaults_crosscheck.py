@@ -236,7 +236,7 @@ def test_whole_plan_path_reads_command_and_matches():
     real = vllm_says("b300", {"max_num_seqs": 528})
     proc = subprocess.run(
         [sys.executable, "-m", "guard_core.commands.cli", "plan", "--json", "--gpu", "b300", "--framework-version", VLLM,
-         "--trtllm-attention", "off", "--", "vllm", "serve", MODEL, "--max-num-seqs", "528", "--port", "8000"],
+         "--trtllm-attention", "off", "--resolution", "builtin", "--", "vllm", "serve", MODEL, "--max-num-seqs", "528", "--port", "8000"],
         capture_output=True, text=True, env=_env(), cwd=str(REPO), timeout=300)
     assert proc.returncode == 0, proc.stderr
     d = json.loads(proc.stdout)

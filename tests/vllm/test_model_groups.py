@@ -102,7 +102,7 @@ def test_plan_uses_vllms_reading_and_says_the_builtin_agrees(tmp_path):
     shutil.copy(os.path.join(CORPUS, "gpt-oss-20b.json"), d / "config.json")
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     p = forkserver.run([sys.executable, "-m", "guard_core.commands.cli", "plan", "--json", "--model", str(d),
-                        "--framework-version", "0.23.0", "--gpu", "h100", "--tp", "8"],
+                        "--framework-version", "0.23.0", "--gpu", "h100", "--tp", "8", "--resolution", "builtin"],
                        capture_output=True, text=True, timeout=600, env=env, cwd=REPO)
     assert p.returncode == 0, p.stderr[-1000:]
     r = json.loads(p.stdout)

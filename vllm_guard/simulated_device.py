@@ -1,0 +1,94 @@
+"""A simulated GPU for vLLM's own config resolution in ``vllm_guard.server_resolution`` (never in a server).
+
+``flashinfer-guard plan`` asks vLLM to resolve a launch command (engine args -> ``VllmConfig`` ->
+the FlashInfer builder) for the GPU given to ``plan``, on a host that may have no GPU at all and
+must never touch one if it has. Everything vLLM asks the device for is answered from the guard's
+GPU table here; nothing else of vLLM is changed. Each answer names the vLLM code that asks:
+
+- ``Platform.get_device_capability / get_device_name / get_device_total_memory`` (vllm/platforms/
+  interface.py; asked by the quantization checks, ``is_device_capability``, the batch-token defaults
+  in ``EngineArgs._set_default_max_num_seqs_and_batched_tokens_args``, 0.23.0 engine/arg_utils.py,
+  0.33.0 engine/arg_utils.py);
+- ``Platform.device_type``: ``""`` on a host without a GPU (``UnspecifiedPlatform``), where
+  ``DeviceConfig(device="auto")`` cannot infer one; ``cpu`` there, as the guard's parser does
+  (``guard_core.deployment.server_parsers``), only for building the config;
+- ``Platform.support_static_graph_mode``: CUDA graphs allowed (the platform the server runs on is
+  CUDA; ``CompilationConfig`` drops graphs on platforms without it);
+- pinned host memory off (``no_pinned_memory``, also what the tests' CPU host uses); it changes no
+  FlashInfer size, only where host copies of the metadata live;
+- FlashInfer's SM count (``get_device_sm_count``, imported into v1/attention/backends/flashinfer.py
+  0.33.0:24) and the multi-CTA counter buffer (``_get_multi_ctas_kv_counter_buffer``, 0.33.0:161)
+  on the CPU;
+- ``has_nvidia_artifactory`` (vllm/utils/flashinfer.py 0.23.0:323, 0.33.0:647: an HTTP request to
+  NVIDIA's artifactory when the cubins are not installed): answered from ``trtllm`` (plan's
+  ``--trtllm-attention``), never from the network.
+"""
+
+from __future__ import annotations
+
+import sys
+
+__all__ = ["no_pinned_memory", "simulate"]
+
+
+def simulate(gpu_key: str, trtllm: bool | None) -> None:
+    """Make vLLM's platform answer as the table's ``gpu_key`` (see the module doc, per line)."""
+    from guard_core import gpus
+
+    spec = gpus.find_spec(gpu_key)
+    if spec is None or spec.memory is None:
+        raise ValueError(f"no table entry with memory for GPU {gpu_key!r}")
+    from vllm.platforms import current_platform
+    from vllm.platforms.interface import DeviceCapability
+
+    cls = type(current_platform)
+    if not getattr(current_platform, "device_type", None):
+        cls.device_type = "cpu"
+    cls.get_device_capability = classmethod(lambda c, device_id=0: DeviceCapability(*spec.cc))
+    cls.get_device_name = classmethod(lambda c, device_id=0: spec.name)
+    cls.get_device_total_memory = classmethod(lambda c, device_id=0: spec.memory[0])
+    cls.support_static_graph_mode = classmethod(lambda c: True)
+    no_pinned_memory()
+    import vllm.utils.flashinfer as vfi
+
+    vfi.has_nvidia_artifactory = lambda: bool(trtllm)
+    cache_clear = getattr(getattr(vfi, "supports_trtllm_attention", None), "cache_clear", None)
+    if callable(cache_clear):
+        cache_clear()
+    import torch
+    import vllm.v1.attention.backends.flashinfer as m
+
+    if hasattr(m, "get_device_sm_count"):
+        m.get_device_sm_count = lambda device=None: spec.num_sms
+    if hasattr(m, "_get_multi_ctas_kv_counter_buffer"):
+        real = getattr(m, "_flashinfer_guard_counter_buffer", m._get_multi_ctas_kv_counter_buffer)
+        m._flashinfer_guard_counter_buffer = real
+        m._get_multi_ctas_kv_counter_buffer = lambda n, device: real(n, torch.device("cpu"))
+
+
+def no_pinned_memory() -> None:
+    """No pinned host memory (pinning needs a CUDA driver). vLLM <= 0.25 asks the platform each time
+    (``is_pin_memory_available``); 0.26+ computes ``PIN_MEMORY`` once (vllm/utils/torch_utils.py),
+    modules import it by name, and ``CpuGpuBuffer`` takes it as a default argument (vllm/v1/utils.py)."""
+    from vllm.platforms import current_platform
+
+    type(current_platform).is_pin_memory_available = classmethod(lambda c: False)
+    try:
+        import vllm.utils.torch_utils as tu
+    except ImportError:
+        return
+    if not hasattr(tu, "PIN_MEMORY"):
+        return
+    tu.PIN_MEMORY = False
+    try:
+        import vllm.v1.utils  # noqa: F401
+    except ImportError:
+        pass
+    for name, mod in list(sys.modules.items()):
+        if mod is None or not name.startswith("vllm"):
+            continue
+        if getattr(mod, "PIN_MEMORY", None) is True:
+            mod.PIN_MEMORY = False
+        kw = getattr(getattr(vars(mod).get("CpuGpuBuffer"), "__init__", None), "__kwdefaults__", None)
+        if isinstance(kw, dict) and kw.get("pin_memory") is True:
+            kw["pin_memory"] = False
