@@ -285,6 +285,22 @@ def _server_args(model_dir, opts):
                   speculative_num_steps=int(opts.get("draft_steps", max(1, draft - 1))),
                   speculative_eagle_topk=int(opts.get("topk", 1)),
                   speculative_num_draft_tokens=draft)
+    if opts.get("resolve"):  # issue 27: SGLang resolves the deployment on the table GPU itself
+        import realcalls_wide as wide
+
+        for k in ("tp_size", "dp_size", "enable_dp_attention", "chunked_prefill_size", "max_running_requests",
+                  "disable_cuda_graph", "page_size"):
+            if opts.get(k) is not None:
+                kw[k] = opts[k]
+        if opts.get("max_bs"):
+            try:
+                return wide.resolved_server_args(model_dir, dict(kw, cuda_graph_max_bs_decode=int(opts["max_bs"])),
+                                                 opts.get("gpu", "h200"))
+            except TypeError as e:
+                if "cuda_graph" not in str(e):
+                    raise
+            kw["cuda_graph_max_bs"] = int(opts["max_bs"])
+        return wide.resolved_server_args(model_dir, kw, opts.get("gpu", "h200"))
     sa = sc.gpu_resolved(sc.server_args(model_dir, **kw))
     if opts.get("max_bs"):  # --cuda-graph-max-bs as the user passed it
         sa.cuda_graph_max_bs = int(opts["max_bs"])
@@ -310,7 +326,7 @@ def _gpu_graph_config(max_bs=512):
         fields["cuda_graph_config"] = cfg
 
 
-def _runner(sa, mc, kv_dtype, *, pool_size, width):
+def _runner(sa, mc, kv_dtype, *, pool_size, width, resolved=False):
     max_bs = int(getattr(sa, "cuda_graph_max_bs", None) or 512)
     import torch
 
@@ -324,10 +340,17 @@ def _runner(sa, mc, kv_dtype, *, pool_size, width):
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     runner.spec_algorithm = SpeculativeAlgorithm.from_string(sa.speculative_algorithm)
-    _gpu_graph_config(max_bs)
+    if not resolved:  # a resolved record keeps what SGLang resolved
+        _gpu_graph_config(max_bs)
     if hasattr(runner, "kv_index_translator"):  # 0.5.2x: set to None by _cpu.model_runner
         runner.kv_index_translator = _HostKvTranslator(runner.req_to_token_pool.req_to_token)
     return runner
+
+
+def _wide():
+    import realcalls_wide
+
+    return realcalls_wide
 
 
 def _guard_records(since=0):
@@ -681,7 +704,7 @@ def _search(backend, runner, rec, calls, errors, limits, budget, seed):
     from tests.differential.search import Limits, expand, search
 
     lim = Limits(limits["max_num_seqs"], limits["max_num_batched_tokens"], int(limits["max_model_len"]),
-                 single_kind=True)
+                 single_kind=True, one_request=int(limits.get("one_request_tokens") or 0))
 
     def evaluate(batch):
         qs, kv = expand(batch)
@@ -742,7 +765,7 @@ def _one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts):
     width = int(opts.get("kv_width", 40000))
     out, calls, errors = {}, [], []
     t = [time.time()]
-    runner = _runner(sa, mc, kv_dtype, pool_size=pool, width=width)
+    runner = _runner(sa, mc, kv_dtype, pool_size=pool, width=width, resolved=bool(opts.get("resolve")))
     if opts.get("early"):
         # what the guard's pre-check (wrapped around ModelRunner.load_model, before the weights
         # load: no KV pool yet) says for this runner
@@ -764,12 +787,18 @@ def _one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts):
     out["is_multimodal"] = bool(backend.is_multimodal)
     t.append(time.time())
     phases = opts.get("phases", ["capture", "eager"])
-    if "capture" in phases:
+    graphs_off = bool(opts.get("resolve")) and _wide().graphs_disabled(sa)
+    if "capture" in phases and not graphs_off:  # --disable-cuda-graph: SGLang captures nothing
         out["capture_bs"] = _capture(fb, backend, runner, sa, rec, calls, errors)
     t.append(time.time())
     if "eager" in phases:
         limits = {"max_num_seqs": min(int(sa.max_running_requests or pool), pool), "max_model_len": mc.context_len,
-                  "max_num_batched_tokens": int(sa.chunked_prefill_size)}
+                  "max_num_batched_tokens": int(sa.chunked_prefill_size or 0)}
+        if opts.get("resolve"):  # SGLang's resolved chunk; without chunked prefill one request may bring more
+            tok, one = _wide().chunk_limits(sa, mc.context_len)
+            limits.update(max_num_batched_tokens=tok, one_request_tokens=one)
+            out["resolved"] = {"chunk": tok, "one_request_tokens": one, "graphs_off": graphs_off,
+                               "attn_tp": _wide().attention_tp_size(sa)}
         # the guard's own witness batches (inputs only: their bytes come from the real planner) ...
         pred = opts.get("_prediction") or {}
         for sc_ in pred.get("scenarios") or []:
@@ -858,6 +887,10 @@ def run(opts):
     tmp = tempfile.mkdtemp()
     if opts.get("model_cfg"):  # a deployment of tests/sglang/test_deterministic.py
         model = opts["model_cfg"]
+    elif opts.get("model_shape"):  # issue 27: the whole model; SGLang divides the heads itself
+        q, kv, hd = (int(x) for x in opts["model_shape"])
+        model = dict(GQA2_LLAMA, num_attention_heads=q, num_key_value_heads=kv, head_dim=hd, hidden_size=q * hd,
+                     max_position_embeddings=int(opts.get("context", 8192)))
     elif opts.get("shape"):  # a generated deployment (tests/differential): per-rank heads, head dim
         q, kv, hd = (int(x) for x in opts["shape"])
         model = dict(GQA2_LLAMA, num_attention_heads=q, num_key_value_heads=kv, head_dim=hd, hidden_size=q * hd,
@@ -875,7 +908,7 @@ def run(opts):
     t_import = time.time()
     rec = _install_standin(gpu)
     out["stand_ins"] = _cpu_only(fb, gpu)
-    _cpu.set_attention_tp_size(1)
+    _cpu.set_attention_tp_size(_wide().attention_tp_size(sa) if opts.get("resolve") else 1)
     _single_rank_groups()
     kv_dtype = {"fp8": torch.float8_e4m3fn}.get(opts.get("kv"), torch.bfloat16)
     with _HostMemory():
