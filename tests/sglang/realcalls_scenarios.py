@@ -347,6 +347,27 @@ def _runner(sa, mc, kv_dtype, *, pool_size, width, resolved=False):
     return runner
 
 
+def _getter_calls():
+    from tests.realcalls import standin
+
+    return getattr(standin.installed(), "getter_calls", 0)
+
+
+def _ws_fault(scale):
+    """Fault injection (issue 27 item 5): FlashInfer's workspace_size() answers ``scale`` times
+    what its planner says, so the guard's figure and FlashInfer's disagree."""
+    from tests.realcalls import standin
+
+    s = standin.installed()
+    real = s._workspace_size
+
+    def scaled(module, args, kwargs):
+        f, i = real(module, args, kwargs)
+        return [int(f * scale), i]
+
+    s._workspace_size = scaled
+
+
 def _wide():
     import realcalls_wide
 
@@ -369,7 +390,8 @@ def _prediction_dict(records):
         return None
     s = records[-1]
     req = s.need.requirement if s.need is not None else None
-    out = {"decode_tc": s.facts.planner_facts.tensor_core_decode, "fi_version": s.facts.flashinfer_version}
+    out = {"decode_tc": s.facts.planner_facts.tensor_core_decode, "fi_version": s.facts.flashinfer_version,
+           "flashinfer_asked": getattr(s, "flashinfer_asked", None)}
     if req is None:
         return out
     out.update(float_bytes=req.float_bytes, int_bytes=req.int_bytes,
@@ -651,7 +673,37 @@ def _draft_pass(fb, sa, mc, gpu, rec, kv_dtype, opts):
     if opts.get("draft_eager"):
         _draft_eager(draft, runner, rec, out, topk, steps, int(sa.max_running_requests or pool),
                      int(opts.get("context", 8192)))
+        _draft_extend(fb, sa, mc, runner, rec, out, opts, pool)
     return out
+
+
+def _draft_extend(fb, sa, mc, runner, rec, out, opts, pool):
+    """Issue 27: the draft model's eager extends through SGLang's own draft-extend backend, built
+    as SGLang builds it for the draft runner (``FlashInferAttnBackend(draft_model_runner,
+    skip_prefill=False)``: speculative/draft_utils.py 0.5.11:208-214, 0.5.23:436-445; 0.5.23 makes
+    it the draft runner's attn_backend, eagle_worker_v2.py:408-414): the draft's prompt prefill
+    after the target's (ForwardMode.EXTEND, up to the chunk) and the draft-extend-after-verify
+    shapes (speculative_num_draft_tokens new tokens per request over the whole KV; 0.5.23
+    ``num_tokens_per_req=self.speculative_num_draft_tokens``, eagle_worker_v2.py:1150-1157) on the
+    independent search's grid (Limits.draft), each planned by FlashInfer's real planner. These
+    run through the backend's EXTEND path (ragged new tokens + paged prefix), not its
+    DRAFT_EXTEND branch (paged over the whole KV; its inputs come from the verify result).
+    Calls are phase ``eager_draft_extend``."""
+    n_sized = len(_guard_records())
+    ext = fb.FlashInferAttnBackend(runner, skip_prefill=False)
+    recs = _guard_records(n_sized)
+    out["extend_prediction"] = _prediction_dict(recs) if recs else None
+    verify_q = int(_spec_field(sa, "speculative_num_draft_tokens") or 1)
+    limits = {"max_num_seqs": min(int(sa.max_running_requests or pool), pool), "max_model_len": mc.context_len,
+              "max_num_batched_tokens": int(sa.chunked_prefill_size or 0)}
+    if opts.get("resolve"):
+        tok, one = _wide().chunk_limits(sa, mc.context_len)
+        limits.update(max_num_batched_tokens=tok, one_request_tokens=one)
+    calls, errors = [], []
+    out["extend_search"] = _search(ext, runner, rec, calls, errors, limits, max(40, int(opts.get("search", 16)) // 2),
+                                   int(opts.get("seed", 0)) + 1, draft=max(0, verify_q - 1), extend_only=True)
+    out["calls"] += [dict(c, phase="eager_draft_extend") for c in calls]
+    out["errors"] += [dict(e, phase="draft_extend") for e in errors]
 
 
 def _draft_eager(draft, runner, rec, out, topk, steps, max_running, context):
@@ -694,7 +746,7 @@ def _draft_eager(draft, runner, rec, out, topk, steps, max_running, context):
                 out["calls"].append(dict(c, phase="eager_draft_decode", batch=bs, q_len=1, seq=seq))
 
 
-def _search(backend, runner, rec, calls, errors, limits, budget, seed):
+def _search(backend, runner, rec, calls, errors, limits, budget, seed, draft=0, extend_only=False):
     """The independent worst-case search (tests/differential/search.py): the grid of uniform
     batches, then random restarts and hill-climbing, each batch SGLang's scheduler could send
     (at most max running requests, at most the chunked-prefill size of new tokens, no request
@@ -704,12 +756,12 @@ def _search(backend, runner, rec, calls, errors, limits, budget, seed):
     from tests.differential.search import Limits, expand, search
 
     lim = Limits(limits["max_num_seqs"], limits["max_num_batched_tokens"], int(limits["max_model_len"]),
-                 single_kind=True, one_request=int(limits.get("one_request_tokens") or 0))
+                 single_kind=True, one_request=int(limits.get("one_request_tokens") or 0), draft=int(draft))
 
     def evaluate(batch):
         qs, kv = expand(batch)
         n0 = len(calls)
-        decode = max(qs) == 1
+        decode = max(qs) == 1 and not extend_only  # extend_only: a draft-extend backend plans extends only
         # _eager's extend batches take the cached prefix (the whole KV for multimodal models)
         pages = kv if decode or backend.is_multimodal else [k - q for q, k in zip(qs, kv)]
         _eager(backend, runner, [{"q_lens": qs, "kv_pages": pages}], rec, calls, errors,
@@ -783,6 +835,7 @@ def _one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts):
         opts = dict(opts, _prediction=_prediction_dict(_guard_records(opts["_seen"])))
     ws = backend.workspace_buffer
     out["workspace_bytes"] = int(ws.numel() * ws.element_size())
+    out["getter_calls_after_init"] = _getter_calls()  # FlashInfer module getters called so far
     out["decode_use_tensor_cores"] = bool(backend.decode_use_tensor_cores)
     out["is_multimodal"] = bool(backend.is_multimodal)
     t.append(time.time())
@@ -907,6 +960,8 @@ def run(opts):
     fb = _cpu.import_backend_module()
     t_import = time.time()
     rec = _install_standin(gpu)
+    if opts.get("ws_fault"):
+        _ws_fault(float(opts["ws_fault"]))
     out["stand_ins"] = _cpu_only(fb, gpu)
     _cpu.set_attention_tp_size(_wide().attention_tp_size(sa) if opts.get("resolve") else 1)
     _single_rank_groups()
