@@ -3,7 +3,7 @@
 A deployment is the whole model's attention shape (SHAPES: published configs) and the command
 line: TP, DP attention (``--enable-dp-attention --dp-size``; SGLang's own attention-TP width and
 head division, tests/sglang/realcalls_wide.py), KV dtype, context length, ``--chunked-prefill-size``
-(absent: SGLang's own per-GPU choice; -1: chunked prefill off), ``--max-running-requests``,
+(absent: SGLang's own per-GPU choice; -1: chunked prefill off), ``--max-running-requests``, ``--page-size``,
 ``--cuda-graph-max-bs`` (absent: SGLang's per-GPU choice), ``--disable-cuda-graph``, EAGLE with
 topk 1 or > 1, the GPU (its memory decides SGLang's defaults). What SGLang resolves from these
 (capture sizes, chunk, heads per rank) is never written here: ``resolve: True`` hands the record
@@ -38,12 +38,17 @@ def sglang_wide_cases(seed: int, n: int) -> list[dict]:
                 "disable_cuda_graph": rng.random() < 0.2 or None}
         if dp > 1:
             opts.update(dp_size=dp, enable_dp_attention=True)
+        # --page-size, from its own generator (the draws above stay those of before it was added).
+        # SGLang's FlashInfer backend plans with page size 1 whatever --page-size says
+        # (flashinfer_backend.py 0.5.11:1174,1193,1491; 0.5.23:1847,1866,2403)
+        page = random.Random(f"sglang-wide-page:{seed}:{i}").choice([None, None, 16, 64])
         spec = rng.choice(["none", "none", "eagle", "eagle_topk"])
         if spec == "eagle":
             opts.update(draft_tokens=rng.choice([2, 4]), topk=1)
         elif spec == "eagle_topk":
             opts.update(draft_tokens=rng.choice([4, 8]), topk=rng.choice([2, 4, 8]), draft_steps=3)
             opts["max_bs"] = rng.choice([16, 32, 64])
+        opts["page_size"] = page
         out.append({k: v for k, v in opts.items() if v is not None})
     return out
 
@@ -59,6 +64,8 @@ def sglang_wide_launch_command(opts: dict, line: str) -> str:
                       ("max_running_requests", "--max-running-requests"), ("max_bs", "--cuda-graph-max-bs")):
         if opts.get(key) is not None:
             parts.append(f"{flag} {opts[key]}")
+    if opts.get("page_size"):
+        parts.append(f"--page-size {opts['page_size']}")
     if opts.get("disable_cuda_graph"):
         parts.append("--disable-cuda-graph")
     if opts.get("draft_tokens"):
