@@ -16,7 +16,11 @@ import random
 
 from .space import SEARCH_BUDGET, SHAPES, _tp_options
 
-WIDE_GPUS = ("h200", "h100", "l40s", "a100", "b200", "rtx6000")
+# GPUs whose SGLang attention path the CPU harness replays. Not B200/B300 (SM100): SGLang's backend
+# builds its ragged prefill wrapper with FlashInfer's CUTLASS FMHA there (flashinfer_backend.py
+# 0.5.11:243-257, 0.5.23:509-522), a module the planner stand-in does not replace (the run
+# stops with FlashInfer's JIT "No supported CUDA architectures found for major versions [10, 11]")
+WIDE_GPUS = ("h200", "h100", "l40s", "a100", "rtx6000")
 
 
 def sglang_wide_cases(seed: int, n: int) -> list[dict]:

@@ -642,7 +642,9 @@ def _draft_pass(fb, sa, mc, gpu, rec, kv_dtype, opts):
 
         get_sizes = bcgr.get_batch_sizes_to_capture
     capture_bs, _ = get_sizes(runner)
-    max_bs = max(capture_bs)
+    if opts.get("resolve") and _wide().graphs_disabled(sa):  # --disable-cuda-graph: no draft graphs either
+        capture_bs = []
+    max_bs = max(capture_bs or [1])
     draft.init_cuda_graph_state(max_bs, max_bs * topk)
     fill = draft.attn_backends[0].get_cuda_graph_seq_len_fill_value()
     for bs in reversed(capture_bs):
