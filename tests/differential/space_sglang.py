@@ -5,7 +5,7 @@ line: TP, DP attention (``--enable-dp-attention --dp-size``; SGLang's own attent
 head division, tests/sglang/realcalls_wide.py), KV dtype, context length, ``--chunked-prefill-size``
 (absent: SGLang's own per-GPU choice; -1: chunked prefill off), ``--max-running-requests``, ``--page-size``,
 ``--cuda-graph-max-bs`` (absent: SGLang's per-GPU choice), ``--disable-cuda-graph``, EAGLE with
-topk 1 or > 1, the GPU (its memory decides SGLang's defaults). What SGLang resolves from these
+topk 1 or > 1, NGRAM, the GPU (its memory decides SGLang's defaults). What SGLang resolves from these
 (capture sizes, chunk, heads per rank) is never written here: ``resolve: True`` hands the record
 to SGLang's ServerArgs resolution on the table GPU.
 """
@@ -53,6 +53,10 @@ def sglang_wide_cases(seed: int, n: int) -> list[dict]:
             opts.update(draft_tokens=rng.choice([4, 8]), topk=rng.choice([2, 4, 8]), draft_steps=3)
             opts["max_bs"] = rng.choice([16, 32, 64])
         opts["page_size"] = page
+        # --speculative-algorithm NGRAM where no EAGLE was drawn (own generator, as the page size)
+        ng = random.Random(f"sglang-wide-ngram:{seed}:{i}")
+        if "draft_tokens" not in opts and ng.random() < 0.25:
+            opts["ngram"] = ng.choice([4, 8, 12])
         out.append({k: v for k, v in opts.items() if v is not None})
     return out
 
@@ -72,6 +76,8 @@ def sglang_wide_launch_command(opts: dict, line: str) -> str:
         parts.append(f"--page-size {opts['page_size']}")
     if opts.get("disable_cuda_graph"):
         parts.append("--disable-cuda-graph")
+    if opts.get("ngram"):
+        parts.append(f"--speculative-algorithm NGRAM --speculative-num-draft-tokens {opts['ngram']}")
     if opts.get("draft_tokens"):
         parts.append(f"--speculative-algorithm EAGLE --speculative-num-draft-tokens {opts['draft_tokens']} "
                      f"--speculative-eagle-topk {opts.get('topk', 1)} --speculative-num-steps "

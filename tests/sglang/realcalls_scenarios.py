@@ -209,7 +209,7 @@ def _cpu_only(fb, gpu):
     names = ["host memory for device allocations"]
     kv = _KvIndicesOnHost()
     for modname in ("sglang.srt.layers.attention.flashinfer_backend", "sglang.srt.speculative.eagle_info",
-                    "sglang.srt.model_executor.forward_batch_info"):
+                    "sglang.srt.model_executor.forward_batch_info", "sglang.srt.speculative.ngram_info"):
         m = sys.modules.get(modname)
         if m is None:
             try:
@@ -287,6 +287,9 @@ def _server_args(model_dir, opts):
                   speculative_num_draft_tokens=draft)
     if opts.get("resolve"):  # issue 27: SGLang resolves the deployment on the table GPU itself
         import realcalls_wide as wide
+
+        if opts.get("ngram"):  # --speculative-algorithm NGRAM (no draft model; SGLang checks device cuda)
+            kw.update(speculative_algorithm="NGRAM", speculative_num_draft_tokens=int(opts["ngram"]))
 
         for k in ("tp_size", "dp_size", "enable_dp_attention", "chunked_prefill_size", "max_running_requests",
                   "disable_cuda_graph", "page_size"):
@@ -439,7 +442,7 @@ def _capture(fb, backend, runner, sa, rec, calls, errors):
         get_sizes, runner_cls = bcgr.get_batch_sizes_to_capture, dcgr.DecodeCudaGraphRunner
     capture_bs, _ = get_sizes(runner)
     spec = runner.spec_algorithm
-    verify = spec.is_eagle() or spec.is_standalone()
+    verify = spec.is_eagle() or spec.is_standalone() or (hasattr(spec, "is_ngram") and spec.is_ngram())
     per_bs = int(_spec_field(sa, "speculative_num_draft_tokens")) if verify else 1
     mode = ForwardMode.TARGET_VERIFY if verify else ForwardMode.DECODE
     max_bs = max(capture_bs)
@@ -453,6 +456,7 @@ def _capture(fb, backend, runner, sa, rec, calls, errors):
     shim.custom_mask = custom_mask
     shim.buffers = type("Buffers", (), {"custom_mask": custom_mask})()
     shim.num_tokens_per_bs = per_bs
+    shim.captured_req_width = per_bs  # 0.5.2x's name (NGRAM's verify input reads it)
     shim.speculative_num_draft_tokens = per_bs
     shim.speculative_num_steps = _spec_field(sa, "speculative_num_steps")
     new_api = not hasattr(backend, "init_forward_metadata_capture_cuda_graph")
