@@ -33,7 +33,8 @@ def test_target_backend_not_asked_before_its_module_is_loaded():
     r = _run().result
     assert r["getter_calls_after_init"] == 0
     asked = r["prediction"]["flashinfer_asked"]
-    assert "asked" not in asked and "not loaded" in asked["skipped"], asked
+    why = "not loaded" if HAS_METHOD else "no workspace_size()"
+    assert "asked" not in asked and why in asked["skipped"], asked
 
 
 def test_draft_backends_asked_once_loaded_and_flashinfer_agrees():
