@@ -22,7 +22,7 @@ if REPO not in sys.path:
 from tests.differential.compare import sglang_findings, sglang_search_stats  # noqa: E402
 
 OPTS = {"model_shape": [32, 4, 128], "resolve": True, "tp_size": 1, "kv": "auto", "context": 8192, "kv_width": 8256,
-        "gpu": "l40s", "search": 60, "seed": 2027029, "max_running_requests": 1024, "disable_cuda_graph": True,
+        "gpu": "l40s", "search": 20, "seed": 2027029, "max_running_requests": 1024, "disable_cuda_graph": True,
         "page_size": 64}
 
 
