@@ -39,6 +39,7 @@ class WorkspaceRecord:
     outcome: Any = None  # the WorkspaceDecision applied (None: SGLang's own size)
     from_cache: bool = False  # the process's cached buffer was big enough and kept
     assessed: dict = field(default_factory=dict)  # fixed split: server bytes -> assessment
+    flashinfer_asked: dict = field(default_factory=dict)  # workspace_ask: FlashInfer's answers, or why not asked
 
 
 @dataclass
@@ -69,12 +70,20 @@ def _gather(module, runner) -> WorkspaceRecord | None:
     read = workspace_facts.read(module, runner)
     if read is None:
         return None
-    computed = None
+    computed, asked = None, {}
     if get_settings().workspace != "off":
         computed = workspace_decision.need(read.workspace)
+        if not read.fixed_split and read.workspace.layout is not None:
+            # FlashInfer's own workspace_size() for the eager witnesses, only where the module
+            # SGLang plans with is already loaded (workspace_ask): the larger figure wins
+            from guard_core.flashinfer.ask import cross_check
+
+            from .workspace_ask import asker
+
+            computed = cross_check(computed, asker(runner, read.workspace.layout, asked))
         for key, text in computed.warnings:
             log().warning_once(key, text)
-    return WorkspaceRecord(read.workspace, computed, read.fixed_split, read.device)
+    return WorkspaceRecord(read.workspace, computed, read.fixed_split, read.device, flashinfer_asked=asked)
 
 
 def _requirement(rec: WorkspaceRecord):

@@ -226,7 +226,8 @@ def _read_layout(module, runner, missing):
         kv_heads = mc.get_num_kv_heads(tp)
     head_dim = int(mc.head_dim)
     v_head_dim = int(getattr(mc, "v_head_dim", None) or head_dim)
-    page = int(_first(getattr(runner, "page_size", None), _server_field(runner, "page_size"), 1) or 1)
+    # the page size FlashInfer plans with: 1 whatever --page-size (SGLang flattens its pages)
+    from guard_core.deployment.sglang_defaults import SGLANG_FLASHINFER_PAGE as page
     # the KV dtype FlashInfer sees: SGLang's runner dtype (FP8 KV is 1 byte; with an
     # unknown dtype both widths are sized and the larger need kept)
     kv_dtype = getattr(runner, "kv_cache_dtype", None)

@@ -9,10 +9,15 @@ from guard_core.gpus import gpu_memory
 from guard_core.units import MIB
 from guard_core.versions import parse_version
 
-__all__ = ["SGLANG_DEFAULT", "SGLANG_LARGE", "sglang_capture_list", "sglang_default_workspace", "sglang_defaults",
+__all__ = ["SGLANG_DEFAULT", "SGLANG_FLASHINFER_PAGE", "SGLANG_LARGE", "sglang_capture_list", "sglang_default_workspace", "sglang_defaults",
            "sglang_memory_tier", "sglang_request_pool", "sglang_tensor_core_decode", "sglang_workspace"]
 
 SGLANG_DEFAULT = 384 * MIB
+# The page size SGLang's FlashInfer (MHA) backend hands FlashInfer's plan() whatever --page-size
+# says: it flattens its pages into token indices and plans with page size 1 and last-page lengths
+# of 1 (flashinfer_backend.py 0.5.5:1071,1090,1379; 0.5.11:1174,1193,1491; 0.5.23:1847,1866,2403).
+# Issue 27: sized with --page-size 64, the guard's witness was 66 pages where FlashInfer plans 4,224.
+SGLANG_FLASHINFER_PAGE = 1
 SGLANG_LARGE = 512 * MIB
 SGLANG_512_ARCHS_055 = ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "MiMoForCausalLM")
 SGLANG_512_ARCHS_056 = SGLANG_512_ARCHS_055 + ("Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration")

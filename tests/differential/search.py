@@ -46,6 +46,7 @@ class Limits:
     page: int = 16
     single_kind: bool = False  # SGLang: a batch is all decode (q = 1) or all extend
     min_prefix: int = 0  # SGLang extends: at least this many KV tokens besides the new ones
+    one_request: int = 0  # SGLang without chunked prefill: one request alone may bring this many new tokens
 
 
 Batch = tuple  # of (count, q, kv)
@@ -53,6 +54,10 @@ Batch = tuple  # of (count, q, kv)
 
 def repair(lim: Limits, groups) -> Batch | None:
     """The batch clipped into the limits (None when nothing is left)."""
+    groups = list(groups)
+    if lim.one_request > lim.max_tokens and groups and groups[0][1] > lim.max_tokens:
+        q = min(int(groups[0][1]), lim.one_request, lim.max_len - lim.min_prefix)  # one request, alone
+        return ((1, q, max(q + lim.min_prefix, min(int(groups[0][2]), lim.max_len))),)
     out, seqs, tokens = [], 0, 0
     for c, q, kv in groups:
         q = max(1, min(int(q), lim.max_tokens, lim.max_len - lim.min_prefix))
@@ -94,7 +99,19 @@ def _ladder(lo: int, hi: int, step: float) -> list[int]:
 
 
 def grid(lim: Limits, budget: int) -> list[Batch]:
-    """Stage 1: every uniform batch on the grid (see the module text)."""
+    """Stage 1: every uniform batch on the grid (see the module text); without chunked prefill
+    (``one_request``) first one request alone at prompt lengths past the batch budget."""
+    singles = []
+    if lim.one_request > lim.max_tokens:
+        for q in _ladder(lim.max_tokens + 1, lim.one_request, 2.0):
+            for kv in (lim.max_len, max(1, lim.max_len // 2)):
+                b = repair(lim, [(1, q, kv)])
+                if b and b not in singles:
+                    singles.append(b)
+    return singles + _uniform_grid(lim, max(2, budget - 2 * len(singles)))
+
+
+def _uniform_grid(lim: Limits, budget: int) -> list[Batch]:
     qs = sorted({q for q in list(range(1, 2 + lim.draft)) + [8, 32, 128, 512, 2048, 8192, lim.max_tokens]
                  if q <= min(lim.max_tokens, lim.max_len - lim.min_prefix)})
     if lim.single_kind and lim.draft:

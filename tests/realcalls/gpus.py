@@ -52,3 +52,13 @@ def gpu(key: str):
     """(name, SMs, cc, shared memory per SM) of a table GPU."""
     name, sms, cc, _src = GPUS[key]
     return name, sms, cc, CC_LIMITS[cc][2]
+
+
+# key -> device memory in MiB, as the driver reports it (``nvidia-smi --query-gpu=memory.total``;
+# datasheet capacity where no report was at hand: A100-80GB 81920, L40S 48 GB = 46068 MiB reported,
+# H100 SXM 80 GB = 81559, H200 141 GB = 143771, B200 180 GB = 183359, B300 288 GB = 275040,
+# RTX PRO 6000 96 GB = 97887, GB10 128 GB unified = 122502). SGLang's own ServerArgs resolution
+# buckets this figure (<20, <35, <60, <90, <160 GiB, else: memory_hook.py 0.5.23:89-165,
+# server_args.py 0.5.11:1294) to pick capture sizes and the chunked-prefill size.
+MEMORY_MIB = {"a100": 81920, "l40s": 46068, "h100": 81559, "h200": 143771, "b200": 183359, "b300": 275040,
+              "rtx6000": 97887, "rtxpro6000": 97887, "gb10": 122502}

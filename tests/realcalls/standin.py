@@ -361,6 +361,24 @@ class _StandinModule:
         return gpu_kernel
 
 
+def _register_loaded(backend, args) -> None:
+    """What FlashInfer's getter leaves behind once it has built and loaded a variant (issue 27:
+    the SGLang adapter asks workspace_size() only for a loaded variant): its JitSpec in
+    ``flashinfer.jit.core.jit_spec_registry`` under the name the FA2 getter gives its primary
+    module (jit/attention/modules.py 0.7.2:174-185, 1164-1192), compiled. Stand-in: a record with
+    that name and ``is_compiled`` True (nothing is compiled on a CPU). Releases without the
+    registry or the name function: nothing."""
+    try:
+        from flashinfer.jit.attention import modules
+        from flashinfer.jit.core import jit_spec_registry
+
+        name = modules._get_batch_prefill_module_uri(modules.get_batch_prefill_uri(backend, *args), backend,
+                                                     "equal", "full")
+    except Exception:
+        return
+    jit_spec_registry.register(SimpleNamespace(name=name, is_compiled=True, stand_in=True))
+
+
 class Standin:
     def __init__(self, gpu_name: str, num_sms: int, cc: tuple[int, int], kernel_occupancy=None):
         self.gpu = SimpleNamespace(name=gpu_name, num_sms=int(num_sms), cc=(int(cc[0]), int(cc[1])))
@@ -377,7 +395,9 @@ class Standin:
         # the server would never have loaded
         self.prefill_module_keys = getattr(self, "prefill_module_keys", [])
         self.prefill_module_keys.append(repr((backend,) + tuple(args)))
+        self.getter_calls = getattr(self, "getter_calls", 0) + 1
         if backend == "fa2":
+            _register_loaded(backend, args)
             return _StandinModule(self, "prefill", "fa2", args)
         if backend == "fa3":
             return _StandinModule(self, "sm90", "fa3", args)

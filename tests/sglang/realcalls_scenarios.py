@@ -209,7 +209,7 @@ def _cpu_only(fb, gpu):
     names = ["host memory for device allocations"]
     kv = _KvIndicesOnHost()
     for modname in ("sglang.srt.layers.attention.flashinfer_backend", "sglang.srt.speculative.eagle_info",
-                    "sglang.srt.model_executor.forward_batch_info"):
+                    "sglang.srt.model_executor.forward_batch_info", "sglang.srt.speculative.ngram_info"):
         m = sys.modules.get(modname)
         if m is None:
             try:
@@ -285,6 +285,25 @@ def _server_args(model_dir, opts):
                   speculative_num_steps=int(opts.get("draft_steps", max(1, draft - 1))),
                   speculative_eagle_topk=int(opts.get("topk", 1)),
                   speculative_num_draft_tokens=draft)
+    if opts.get("resolve"):  # issue 27: SGLang resolves the deployment on the table GPU itself
+        import realcalls_wide as wide
+
+        if opts.get("ngram"):  # --speculative-algorithm NGRAM (no draft model; SGLang checks device cuda)
+            kw.update(speculative_algorithm="NGRAM", speculative_num_draft_tokens=int(opts["ngram"]))
+
+        for k in ("tp_size", "dp_size", "enable_dp_attention", "chunked_prefill_size", "max_running_requests",
+                  "disable_cuda_graph", "page_size"):
+            if opts.get(k) is not None:
+                kw[k] = opts[k]
+        if opts.get("max_bs"):
+            try:
+                return wide.resolved_server_args(model_dir, dict(kw, cuda_graph_max_bs_decode=int(opts["max_bs"])),
+                                                 opts.get("gpu", "h200"))
+            except TypeError as e:
+                if "cuda_graph" not in str(e):
+                    raise
+            kw["cuda_graph_max_bs"] = int(opts["max_bs"])
+        return wide.resolved_server_args(model_dir, kw, opts.get("gpu", "h200"))
     sa = sc.gpu_resolved(sc.server_args(model_dir, **kw))
     if opts.get("max_bs"):  # --cuda-graph-max-bs as the user passed it
         sa.cuda_graph_max_bs = int(opts["max_bs"])
@@ -310,7 +329,7 @@ def _gpu_graph_config(max_bs=512):
         fields["cuda_graph_config"] = cfg
 
 
-def _runner(sa, mc, kv_dtype, *, pool_size, width):
+def _runner(sa, mc, kv_dtype, *, pool_size, width, resolved=False):
     max_bs = int(getattr(sa, "cuda_graph_max_bs", None) or 512)
     import torch
 
@@ -324,10 +343,38 @@ def _runner(sa, mc, kv_dtype, *, pool_size, width):
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     runner.spec_algorithm = SpeculativeAlgorithm.from_string(sa.speculative_algorithm)
-    _gpu_graph_config(max_bs)
+    if not resolved:  # a resolved record keeps what SGLang resolved
+        _gpu_graph_config(max_bs)
     if hasattr(runner, "kv_index_translator"):  # 0.5.2x: set to None by _cpu.model_runner
         runner.kv_index_translator = _HostKvTranslator(runner.req_to_token_pool.req_to_token)
     return runner
+
+
+def _getter_calls():
+    from tests.realcalls import standin
+
+    return getattr(standin.installed(), "getter_calls", 0)
+
+
+def _ws_fault(scale):
+    """Fault injection (issue 27 item 5): FlashInfer's workspace_size() answers ``scale`` times
+    what its planner says, so the guard's figure and FlashInfer's disagree."""
+    from tests.realcalls import standin
+
+    s = standin.installed()
+    real = s._workspace_size
+
+    def scaled(module, args, kwargs):
+        f, i = real(module, args, kwargs)
+        return [int(f * scale), i]
+
+    s._workspace_size = scaled
+
+
+def _wide():
+    import realcalls_wide
+
+    return realcalls_wide
 
 
 def _guard_records(since=0):
@@ -346,7 +393,8 @@ def _prediction_dict(records):
         return None
     s = records[-1]
     req = s.need.requirement if s.need is not None else None
-    out = {"decode_tc": s.facts.planner_facts.tensor_core_decode, "fi_version": s.facts.flashinfer_version}
+    out = {"decode_tc": s.facts.planner_facts.tensor_core_decode, "fi_version": s.facts.flashinfer_version,
+           "flashinfer_asked": getattr(s, "flashinfer_asked", None)}
     if req is None:
         return out
     out.update(float_bytes=req.float_bytes, int_bytes=req.int_bytes,
@@ -394,7 +442,7 @@ def _capture(fb, backend, runner, sa, rec, calls, errors):
         get_sizes, runner_cls = bcgr.get_batch_sizes_to_capture, dcgr.DecodeCudaGraphRunner
     capture_bs, _ = get_sizes(runner)
     spec = runner.spec_algorithm
-    verify = spec.is_eagle() or spec.is_standalone()
+    verify = spec.is_eagle() or spec.is_standalone() or (hasattr(spec, "is_ngram") and spec.is_ngram())
     per_bs = int(_spec_field(sa, "speculative_num_draft_tokens")) if verify else 1
     mode = ForwardMode.TARGET_VERIFY if verify else ForwardMode.DECODE
     max_bs = max(capture_bs)
@@ -408,6 +456,7 @@ def _capture(fb, backend, runner, sa, rec, calls, errors):
     shim.custom_mask = custom_mask
     shim.buffers = type("Buffers", (), {"custom_mask": custom_mask})()
     shim.num_tokens_per_bs = per_bs
+    shim.captured_req_width = per_bs  # 0.5.2x's name (NGRAM's verify input reads it)
     shim.speculative_num_draft_tokens = per_bs
     shim.speculative_num_steps = _spec_field(sa, "speculative_num_steps")
     new_api = not hasattr(backend, "init_forward_metadata_capture_cuda_graph")
@@ -597,7 +646,9 @@ def _draft_pass(fb, sa, mc, gpu, rec, kv_dtype, opts):
 
         get_sizes = bcgr.get_batch_sizes_to_capture
     capture_bs, _ = get_sizes(runner)
-    max_bs = max(capture_bs)
+    if opts.get("resolve") and _wide().graphs_disabled(sa):  # --disable-cuda-graph: no draft graphs either
+        capture_bs = []
+    max_bs = max(capture_bs or [1])
     draft.init_cuda_graph_state(max_bs, max_bs * topk)
     fill = draft.attn_backends[0].get_cuda_graph_seq_len_fill_value()
     for bs in reversed(capture_bs):
@@ -628,7 +679,37 @@ def _draft_pass(fb, sa, mc, gpu, rec, kv_dtype, opts):
     if opts.get("draft_eager"):
         _draft_eager(draft, runner, rec, out, topk, steps, int(sa.max_running_requests or pool),
                      int(opts.get("context", 8192)))
+        _draft_extend(fb, sa, mc, runner, rec, out, opts, pool)
     return out
+
+
+def _draft_extend(fb, sa, mc, runner, rec, out, opts, pool):
+    """Issue 27: the draft model's eager extends through SGLang's own draft-extend backend, built
+    as SGLang builds it for the draft runner (``FlashInferAttnBackend(draft_model_runner,
+    skip_prefill=False)``: speculative/draft_utils.py 0.5.11:208-214, 0.5.23:436-445; 0.5.23 makes
+    it the draft runner's attn_backend, eagle_worker_v2.py:408-414): the draft's prompt prefill
+    after the target's (ForwardMode.EXTEND, up to the chunk) and the draft-extend-after-verify
+    shapes (speculative_num_draft_tokens new tokens per request over the whole KV; 0.5.23
+    ``num_tokens_per_req=self.speculative_num_draft_tokens``, eagle_worker_v2.py:1150-1157) on the
+    independent search's grid (Limits.draft), each planned by FlashInfer's real planner. These
+    run through the backend's EXTEND path (ragged new tokens + paged prefix), not its
+    DRAFT_EXTEND branch (paged over the whole KV; its inputs come from the verify result).
+    Calls are phase ``eager_draft_extend``."""
+    n_sized = len(_guard_records())
+    ext = fb.FlashInferAttnBackend(runner, skip_prefill=False)
+    recs = _guard_records(n_sized)
+    out["extend_prediction"] = _prediction_dict(recs) if recs else None
+    verify_q = int(_spec_field(sa, "speculative_num_draft_tokens") or 1)
+    limits = {"max_num_seqs": min(int(sa.max_running_requests or pool), pool), "max_model_len": mc.context_len,
+              "max_num_batched_tokens": int(sa.chunked_prefill_size or 0)}
+    if opts.get("resolve"):
+        tok, one = _wide().chunk_limits(sa, mc.context_len)
+        limits.update(max_num_batched_tokens=tok, one_request_tokens=one)
+    calls, errors = [], []
+    out["extend_search"] = _search(ext, runner, rec, calls, errors, limits, max(40, int(opts.get("search", 16)) // 2),
+                                   int(opts.get("seed", 0)) + 1, draft=max(0, verify_q - 1), extend_only=True)
+    out["calls"] += [dict(c, phase="eager_draft_extend") for c in calls]
+    out["errors"] += [dict(e, phase="draft_extend") for e in errors]
 
 
 def _draft_eager(draft, runner, rec, out, topk, steps, max_running, context):
@@ -671,7 +752,7 @@ def _draft_eager(draft, runner, rec, out, topk, steps, max_running, context):
                 out["calls"].append(dict(c, phase="eager_draft_decode", batch=bs, q_len=1, seq=seq))
 
 
-def _search(backend, runner, rec, calls, errors, limits, budget, seed):
+def _search(backend, runner, rec, calls, errors, limits, budget, seed, draft=0, extend_only=False):
     """The independent worst-case search (tests/differential/search.py): the grid of uniform
     batches, then random restarts and hill-climbing, each batch SGLang's scheduler could send
     (at most max running requests, at most the chunked-prefill size of new tokens, no request
@@ -681,12 +762,12 @@ def _search(backend, runner, rec, calls, errors, limits, budget, seed):
     from tests.differential.search import Limits, expand, search
 
     lim = Limits(limits["max_num_seqs"], limits["max_num_batched_tokens"], int(limits["max_model_len"]),
-                 single_kind=True)
+                 single_kind=True, one_request=int(limits.get("one_request_tokens") or 0), draft=int(draft))
 
     def evaluate(batch):
         qs, kv = expand(batch)
         n0 = len(calls)
-        decode = max(qs) == 1
+        decode = max(qs) == 1 and not extend_only  # extend_only: a draft-extend backend plans extends only
         # _eager's extend batches take the cached prefix (the whole KV for multimodal models)
         pages = kv if decode or backend.is_multimodal else [k - q for q, k in zip(qs, kv)]
         _eager(backend, runner, [{"q_lens": qs, "kv_pages": pages}], rec, calls, errors,
@@ -742,7 +823,7 @@ def _one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts):
     width = int(opts.get("kv_width", 40000))
     out, calls, errors = {}, [], []
     t = [time.time()]
-    runner = _runner(sa, mc, kv_dtype, pool_size=pool, width=width)
+    runner = _runner(sa, mc, kv_dtype, pool_size=pool, width=width, resolved=bool(opts.get("resolve")))
     if opts.get("early"):
         # what the guard's pre-check (wrapped around ModelRunner.load_model, before the weights
         # load: no KV pool yet) says for this runner
@@ -760,16 +841,23 @@ def _one_pass(fb, sa, mc, gpu, rec, kv_dtype, opts):
         opts = dict(opts, _prediction=_prediction_dict(_guard_records(opts["_seen"])))
     ws = backend.workspace_buffer
     out["workspace_bytes"] = int(ws.numel() * ws.element_size())
+    out["getter_calls_after_init"] = _getter_calls()  # FlashInfer module getters called so far
     out["decode_use_tensor_cores"] = bool(backend.decode_use_tensor_cores)
     out["is_multimodal"] = bool(backend.is_multimodal)
     t.append(time.time())
     phases = opts.get("phases", ["capture", "eager"])
-    if "capture" in phases:
+    graphs_off = bool(opts.get("resolve")) and _wide().graphs_disabled(sa)
+    if "capture" in phases and not graphs_off:  # --disable-cuda-graph: SGLang captures nothing
         out["capture_bs"] = _capture(fb, backend, runner, sa, rec, calls, errors)
     t.append(time.time())
     if "eager" in phases:
         limits = {"max_num_seqs": min(int(sa.max_running_requests or pool), pool), "max_model_len": mc.context_len,
-                  "max_num_batched_tokens": int(sa.chunked_prefill_size)}
+                  "max_num_batched_tokens": int(sa.chunked_prefill_size or 0)}
+        if opts.get("resolve"):  # SGLang's resolved chunk; without chunked prefill one request may bring more
+            tok, one = _wide().chunk_limits(sa, mc.context_len)
+            limits.update(max_num_batched_tokens=tok, one_request_tokens=one)
+            out["resolved"] = {"chunk": tok, "one_request_tokens": one, "graphs_off": graphs_off,
+                               "attn_tp": _wide().attention_tp_size(sa)}
         # the guard's own witness batches (inputs only: their bytes come from the real planner) ...
         pred = opts.get("_prediction") or {}
         for sc_ in pred.get("scenarios") or []:
@@ -858,6 +946,10 @@ def run(opts):
     tmp = tempfile.mkdtemp()
     if opts.get("model_cfg"):  # a deployment of tests/sglang/test_deterministic.py
         model = opts["model_cfg"]
+    elif opts.get("model_shape"):  # issue 27: the whole model; SGLang divides the heads itself
+        q, kv, hd = (int(x) for x in opts["model_shape"])
+        model = dict(GQA2_LLAMA, num_attention_heads=q, num_key_value_heads=kv, head_dim=hd, hidden_size=q * hd,
+                     max_position_embeddings=int(opts.get("context", 8192)))
     elif opts.get("shape"):  # a generated deployment (tests/differential): per-rank heads, head dim
         q, kv, hd = (int(x) for x in opts["shape"])
         model = dict(GQA2_LLAMA, num_attention_heads=q, num_key_value_heads=kv, head_dim=hd, hidden_size=q * hd,
@@ -874,8 +966,10 @@ def run(opts):
     fb = _cpu.import_backend_module()
     t_import = time.time()
     rec = _install_standin(gpu)
+    if opts.get("ws_fault"):
+        _ws_fault(float(opts["ws_fault"]))
     out["stand_ins"] = _cpu_only(fb, gpu)
-    _cpu.set_attention_tp_size(1)
+    _cpu.set_attention_tp_size(_wide().attention_tp_size(sa) if opts.get("resolve") else 1)
     _single_rank_groups()
     kv_dtype = {"fp8": torch.float8_e4m3fn}.get(opts.get("kv"), torch.bfloat16)
     with _HostMemory():

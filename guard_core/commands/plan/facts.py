@@ -36,6 +36,8 @@ def build_facts(a, cmd: Command, server: ServerConfig, model: ModelView) -> Fact
     if a.decode_planner or a.prefill_planner or a.decode_blocks_per_sm:
         given = (a.prefill_planner, a.decode_planner, a.decode_blocks_per_sm)
     page = defaults.get("page_size")
+    if fw == "sglang":  # SGLang's FlashInfer backend plans page size 1 whatever --page-size says
+        from guard_core.deployment.sglang_defaults import SGLANG_FLASHINFER_PAGE as page
     groups = [(g, runner, WorkspaceFacts(fw, server.flashinfer, server.gpu, _group_layout(g, page, kv_bytes), lim,
                                          pfacts, planners_given=given))
               for g in model.rank_groups for runner, lim in runners]
