@@ -6,7 +6,9 @@ One path of named stages, each a function of the one before (``build``):
 presets; the simulated line's defaults on the simulated GPU, ``server_defaults.py``; the
 environment the server process sees and the FLASHINFER_GUARD_* switches in it) ->
 ``read_model`` (the attention groups one rank plans, the server's own reader where
-installed) -> ``build_facts`` (one ``workspace_decision.WorkspaceFacts`` per group, the
+installed) -> ``server_facts`` (where the simulated line is installed here: the server resolves
+the command itself and the adapter's reader reads its objects, ``server_resolution``), else
+``build_facts`` (one ``workspace_decision.WorkspaceFacts`` per group, the
 record the adapters build) -> ``decide`` (``workspace_decision.need``/``decide``, the
 fixed-split pair, ``moe_decision.decide``: the adapters' own calls) -> ``report`` (a dict,
 the ``--json`` output; ``print_report`` renders it). Nothing here sizes or judges:
@@ -29,11 +31,13 @@ from guard_core.commands.plan.printing import print_report
 from guard_core.commands.plan.records import Command, Decided, FactsSet, ModelView, PlanUsageError, ServerConfig
 from guard_core.commands.plan.report import describe_scenario, report
 from guard_core.commands.plan.server import resolve_server
+from guard_core.commands.plan import server_resolution
+from guard_core.commands.plan.server_resolution import server_facts, with_resolution
 
 __all__ = ["PlanUsageError", "build", "print_report", "split_launch",
            # the stages, in order, and their records
-           "read_command", "resolve_server", "read_model", "build_facts", "decide", "report",
-           "Command", "ServerConfig", "ModelView", "FactsSet", "Decided", "resolve_model", "describe_scenario"]
+           "read_command", "resolve_server", "read_model", "server_facts", "build_facts", "decide", "report",
+           "server_resolution", "Command", "ServerConfig", "ModelView", "FactsSet", "Decided", "resolve_model", "describe_scenario"]
 
 
 def build(a, resolve_gpu, environ=None) -> dict:
@@ -51,6 +55,8 @@ def build(a, resolve_gpu, environ=None) -> dict:
     model = read_model(a, cmd, server)
     if model.not_applicable:
         return dict(server.record, verdict="not_applicable", reason=model.not_applicable, notes=cmd.notes)
-    facts = build_facts(a, cmd, server, model)
+    facts, resolution = server_facts(a, cmd, server, model)  # the server's own resolution where installed
+    if facts is None:
+        facts = build_facts(a, cmd, server, model)
     decided = decide(server, facts)
-    return report(a, cmd, server, model, facts, decided)
+    return with_resolution(report(a, cmd, server, model, facts, decided), resolution, facts)

@@ -45,6 +45,9 @@ def _print_header(r: dict, w) -> None:
     if r.get("launch"):
         la = r["launch"]
         w(f"command    {la['form']} ({framework_label(la['framework'])})\n")
+    res = r.get("resolution")
+    if res:
+        w(f"resolved   by {res['text']}" + (f" ({res['why']})" if res.get("why") else "") + "\n")
 
 
 def _print_not_applicable(r: dict, w) -> None:
