@@ -9,7 +9,8 @@ plan flag that replaces a command value, a refusal, no answer in time), ``build_
 per-line rules answer and the record says why, in one line.
 
 The answer's schema is framework-free: ``{"ok": true, "facts": [{"runner", "num_layers",
-"fixed_split", "layout", "limits", "planner_facts", "kv_dtype_bytes_options", "missing"}],
+"fixed_split", "layout", "limits", "planner_facts", "kv_dtype_bytes_options", "missing", and
+optionally "group": {"kind", "count", "window", "sinks"}}],
 "resolved": {..., "architecture", "deterministic"}}`` or ``{"ok": false, "refusal": "..."}``.
 """
 
@@ -23,7 +24,7 @@ __all__ = ["RESOLVERS", "server_facts", "with_resolution"]
 
 # the module a framework's adapter answers with (python -m <module> '<json request>')
 RESOLVERS = {"sglang": "sglang_guard.plan_resolve"}
-TIMEOUT_S = 180
+TIMEOUT_S = 300  # a resolution takes 10-20 s of CPU (the server's imports); a loaded host needs more
 MARK = "FLASHINFER_GUARD_RESOLVED "
 # plan flags that replace a value of the launch command: the server is not asked (its command
 # would not be the one planned)
@@ -182,8 +183,9 @@ def _facts_set(a, cmd: Command, server: ServerConfig, answer: dict) -> FactsSet:
                             PlannerFacts(**_tuples(f["planner_facts"])),
                             tuple(f["kv_dtype_bytes_options"]) if f.get("kv_dtype_bytes_options") else None,
                             tuple(f.get("missing") or ()), planners_given=given)
-        g = RankGroup("full", lay.num_qo_heads, lay.num_kv_heads, lay.head_dim_qk, lay.head_dim_vo,
-                      int(f.get("num_layers") or 1))
+        grp = f.get("group") or {}  # optional: the attention group a runner's builder serves (kind, window, ...)
+        g = RankGroup(grp.get("kind", "full"), lay.num_qo_heads, lay.num_kv_heads, lay.head_dim_qk, lay.head_dim_vo,
+                      int(grp.get("count") or f.get("num_layers") or 1), grp.get("window"), bool(grp.get("sinks")))
         groups.append((g, f.get("runner") or "", wf))
     if not groups:
         raise ValueError("no runner in the answer")
@@ -205,6 +207,13 @@ def with_resolution(out: dict, resolution: dict, fs: FactsSet) -> dict:
     if resolution.get("by") != "server" or not isinstance(out.get("defaults"), dict):
         return out
     r, lim = resolution.get("resolved") or {}, fs.limits
+    # the server read every option itself: what the per-line reader would not have read is kept apart
+    out["not_read_by_rules"], out["not_read_options"] = list(out.get("not_read_options") or []), []
+    backends = r.get("attention_backends") or []
+    if backends and "flashinfer" not in backends:
+        out["notes"] = list(out.get("notes") or []) + [
+            f"SGLang resolved the attention backend(s) {', '.join(backends)} for this command: the figures are "
+            "FlashInfer's, where --attention-backend flashinfer is given"]
     src = resolution["text"].split(",")[0]
     k = r.get("speculative_num_draft_tokens")
     vals = {"tp": r.get("tp"), "attn_tp": r.get("attn_tp") if r.get("attn_dp", 1) > 1 else None,
