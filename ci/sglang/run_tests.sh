@@ -42,7 +42,8 @@ for v in "${lines[@]}"; do
   # SGLang process, ~25 s of CPU): 0.5.5, the .pth loader and the seed's overflow on
   # FlashInfer 0.5.0; 0.5.23, the stand-down on FlashInfer 0.7.2, the new capture and draft
   # paths (EAGLE topk, the safety net's entry points), fixed-split sizing after FlashInfer
-  # #5177, the differential search, the config corpus and its option table, the plan parity search.
+  # #5177, the differential search, the config corpus and its option table, the plan parity search
+  # (per-line rules, and a sample through SGLang's own resolution: test_plan_server_resolution.py).
   # FLASHINFER_GUARD_FULL=1 (and ci/matrix.sh) runs every test on every line.
   t=tests/sglang
   select=(tests/sglang)
@@ -57,13 +58,15 @@ for v in "${lines[@]}"; do
       0.5.23) select=(tests/sglang/test_realcalls.py tests/sglang/test_deterministic.py tests/sglang/test_kv_budget.py
                       tests/sglang/test_differential.py tests/sglang/test_model_groups.py
                       tests/sglang/test_launch_parser.py tests/sglang/test_defaults_crosscheck.py
-                      tests/sglang/test_plan_parity.py tests/sglang/test_capture_replica.py tests/sglang/test_workspace_ask.py
+                      tests/sglang/test_plan_parity.py tests/sglang/test_capture_replica.py tests/sglang/test_workspace_ask.py tests/sglang/test_plan_server_resolution.py
                       "$t/test_workspace.py::test_loaded_by_sglangs_own_mechanism"
                       "$t/test_workspace.py::test_without_guard_the_seed_overflow_reproduces_or_is_fixed_upstream"
                       "$t/test_workspace.py::test_qwen35_shape_without_guard_is_too_small_on_old_flashinfer"
                       "$t/test_moe.py::test_row_bf16_open_default_only_says_so"
                       "$t/test_moe.py::test_row_bf16_open_strict") ;;
-      0.5.11) select=(tests/sglang --deselect "$t/test_model_groups.py::test_corpus_read_as_sglang_reads_it") ;;
+      # 0.5.11: plan's server-resolved path only through the parity sample (its issue-26 item tests run on 0.5.23)
+      0.5.11) select=(tests/sglang --deselect "$t/test_model_groups.py::test_corpus_read_as_sglang_reads_it"
+                      --deselect "$t/test_plan_server_resolution.py") ;;
     esac
   fi
   echo "--- SGLang $v selection: ${select[*]}"

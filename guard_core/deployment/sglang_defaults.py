@@ -194,12 +194,18 @@ def _sglang_eagle(v: dict, d: Deployment, given: str, label: str) -> Deployment:
     if topk == 1 and n != steps + 1:
         n = steps + 1
         src = f"{src}; topk 1: draft tokens = steps + 1 ({label})"
-    if n is None:
-        raise ValueError("--speculative-eagle-topk above 1 needs --speculative-num-draft-tokens (SGLang does not "
-                         "pick it when the steps are given)")
     v["eagle_topk"] = Derived(topk, given if d.eagle_topk is not None and d.spec_steps is not None else src,
                               d.eagle_topk is not None)
     v["spec_steps"] = Derived(steps, given if d.spec_steps is not None else src, d.spec_steps is not None)
+    if n is None:
+        # SGLang leaves speculative_num_draft_tokens unset here (arg_groups/speculative_hook.py
+        # 0.5.23:1159-1174 picks all three only without steps): these rules cannot size the verify
+        # graphs and refuse (build_facts); SGLang's own resolution (plan/server_resolution.py) reads
+        # what the adapter reads
+        v["draft_tokens_unset"] = Derived(None, "--speculative-eagle-topk above 1 needs "
+                                                "--speculative-num-draft-tokens (SGLang does not pick it when the "
+                                                "steps are given)")
+        return replace(d, draft_tokens=None)
     return replace(d, draft_tokens=n - 1)
 
 

@@ -4,6 +4,8 @@ Each expected figure is the plugin's own, measured inside the real server for th
 deployment (the issue's reproductions), or read from the server's code (cited per test).
 """
 
+import pytest
+
 from tests.core.test_plan_defaults import plan, plan_json
 
 GPT_OSS = "tests/data/model_configs/gpt-oss-120b.json"
@@ -211,3 +213,17 @@ def test_native_size_is_read_with_pythons_int(monkeypatch):
         monkeypatch.setenv("VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE", raw)
         r = plan_json("--", "vllm", "serve", SEED_MODEL)
         assert r["workspace_bytes"] == int(GIB) and r["verdict"] == "ok", raw
+
+
+def test_without_sglang_installed_the_rules_resolve_and_say_why():
+    # issue 26 item 2: SGLang's own resolution only where SGLang is installed in plan's interpreter;
+    # here (the core environment) the per-line rules answer, and the report says which and why
+    from importlib import metadata
+
+    with pytest.raises(metadata.PackageNotFoundError):
+        metadata.version("sglang")
+    r = plan_json("--gpu", "h200", "--", "python", "-m", "sglang.launch_server", "--model-path", LLAMA_8B)
+    assert r["resolution"]["server"] is False
+    assert r["resolution"]["why"] == "not installed here: SGLang"
+    text = plan("--gpu", "h200", "--", "python", "-m", "sglang.launch_server", "--model-path", LLAMA_8B)[1]
+    assert "resolved   by built-in rules for SGLang 0.5.5 (not installed here: SGLang)" in text

@@ -130,20 +130,24 @@ def _command(d: dict, model_dir: str) -> list[str]:
     return d["prefix"] + d["head"] + [model_dir] + [o.replace("{model}", model_dir) for o in d["opts"]]
 
 
-def _plan(d: dict, model_dir: str) -> dict:
+def _plan(d: dict, model_dir: str, server: bool = False) -> dict:
+    """`plan` with the built-in readers and the per-line rules, or (``server``) with its default
+    resolution here (``--resolution server``): SGLang's own ServerArgs in a subprocess
+    (sglang_guard/server_resolution.py over plan_resolve.py)."""
     from guard_core.commands import cli
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = cli.main(["plan", "--json", "--gpu", d["gpu"], "--framework-version", SGLANG, "--launch-reader",
-                         "builtin", "--model-reader", "builtin", "--", *_command(d, model_dir)])
+                         "auto" if server else "builtin", "--model-reader", "builtin",
+                         "--resolution", "server" if server else "builtin", "--", *_command(d, model_dir)])
     if code != 0:
         return {"error": err.getvalue().strip()[-600:]}
     r = json.loads(out.getvalue())
     if r.get("verdict") == "not_applicable":
         return {"error": f"not applicable: {r.get('reason')}"}
     return {"need": r["need"]["float_bytes"], "buffer": r["workspace_bytes"], "verdict": r["verdict"],
-            "line": (r.get("guard") or {}).get("line")}
+            "line": (r.get("guard") or {}).get("line"), "resolution": r.get("resolution")}
 
 
 def _env(extra: dict) -> dict:
@@ -175,6 +179,9 @@ def _adapter(d: dict, model_dir: str) -> dict:
             "backends": len(recs), "eagle": res.get("eagle"), "resolved": res.get("resolved")}
 
 
+_ADAPTER: dict = {}  # deployment index -> the adapter's answer (one SGLang process each), shared by both tests
+
+
 def _rows(ds: list[dict], root: Path) -> list[dict]:
     """Each deployment's plan (in this process, one at a time: it prints through redirected
     stdout) and its adapter decision (one SGLang process each, two at a time)."""
@@ -189,7 +196,7 @@ def _rows(ds: list[dict], root: Path) -> list[dict]:
                      "plan": _plan(d, str(model_dir))})
     with ThreadPoolExecutor(max_workers=2) as ex:
         for r, a in zip(rows, ex.map(lambda r: _adapter(ds[r["i"]], r["dir"]), rows)):
-            r["adapter"] = a
+            r["adapter"] = _ADAPTER[r["i"]] = a
     return rows
 
 
@@ -210,3 +217,44 @@ def test_plan_agrees_with_the_adapter_on_generated_deployments(tmp_path):
         print(b)
     assert len(rows) == COUNT
     assert not bad, f"{len(bad)} of {COUNT} disagree:\n" + "\n".join(bad[:12])
+
+
+def _server_sample(ds: list[dict], n: int) -> list[int]:
+    """``n`` deployments for the server-resolved plan: the first with EAGLE, the first with DP
+    attention, then the first others, in seed order."""
+    eagle = [i for i, d in enumerate(ds) if "EAGLE" in " ".join(d["opts"])]
+    dpa = [i for i, d in enumerate(ds) if d["attn_dp"] > 1]
+    picked: list[int] = []
+    for i in eagle[:1] + dpa[:1] + list(range(len(ds))):
+        if i not in picked and len(picked) < n:
+            picked.append(i)
+    return picked
+
+
+def test_server_resolved_plan_agrees_with_the_adapter(tmp_path):
+    # issue 26 item 2: where SGLang is installed, plan's default resolution is SGLang's own
+    # (ServerArgs + ModelConfig on the simulated GPU, the adapter's fact reader); a sample of the
+    # same generated deployments (FLASHINFER_GUARD_PARITY_SERVER=N for more), each against the
+    # adapter inside SGLang (shared with the test above when it ran in this process)
+    n = int(os.environ.get("FLASHINFER_GUARD_PARITY_SERVER", "2"))
+    ds = deployments(SEED, COUNT)
+    rows = []
+    for i in _server_sample(ds, n):
+        model_dir = tmp_path / f"m{i}"
+        model_dir.mkdir()
+        (model_dir / "config.json").write_text(json.dumps({k: v for k, v in ds[i]["model"].items() if k != "_name"}))
+        cmd = " ".join(_command(ds[i], str(model_dir)))
+        rows.append({"i": i, "model": ds[i]["model"]["_name"], "dir": str(model_dir),
+                     "command": f"flashinfer-guard plan --gpu {ds[i]['gpu']} --framework-version {SGLANG} -- {cmd}",
+                     "plan": _plan(ds[i], str(model_dir), server=True)})
+    with ThreadPoolExecutor(max_workers=2) as ex:
+        for r, a in zip(rows, ex.map(lambda r: _ADAPTER.get(r["i"]) or _adapter(ds[r["i"]], r["dir"]), rows)):
+            r["adapter"] = a
+    by = ["server" if (r["plan"].get("resolution") or {}).get("server") else "rules" for r in rows]
+    bad = [b for b in map(_disagreement, rows) if b]
+    print(f"parity, server-resolved plan (SGLang {SGLANG}): {len(rows)} deployments {[r['i'] for r in rows]}, "
+          f"{len(rows) - len(bad)} agree (need, buffer, verdict); resolution {by}")
+    for b in bad:
+        print(b)
+    assert by == ["server"] * len(rows), [r["plan"].get("resolution") or r["plan"] for r in rows]
+    assert not bad, f"{len(bad)} of {len(rows)} disagree:\n" + "\n".join(bad)

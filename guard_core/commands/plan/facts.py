@@ -20,6 +20,9 @@ def build_facts(a, cmd: Command, server: ServerConfig, model: ModelView) -> Fact
     from guard_core.decide.workspace import WorkspaceFacts
 
     L, fw, notes, defaults = cmd.launch, cmd.framework, cmd.notes, server.defaults
+    unset = defaults.values.get("draft_tokens_unset")
+    if unset is not None:  # a command these rules cannot size (sglang_defaults._sglang_eagle)
+        raise PlanUsageError(unset.source)
     kv_dtype = _kv_dtype_for_bytes(a, server.kv_dtype, notes)
     kv_kind = dtype_kind(kv_dtype)
     kv_bytes = a.kv_dtype_bytes or dtype_bytes(kv_kind) or 2
