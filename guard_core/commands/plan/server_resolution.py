@@ -72,8 +72,9 @@ def _cannot_run(a, fw: str, server: ServerConfig, mode: str) -> str | None:
 
     if mode == "builtin":
         return "--resolution builtin"
-    if mode == "auto" and getattr(a, "model_reader", None) == "builtin":
-        return "--model-reader builtin (the server's resolution reads the model with the server's own code)"
+    reader = getattr(a, "model_reader", None) or "auto"
+    if mode == "auto" and reader != "auto":
+        return f"--model-reader {reader} (the server's resolution reads the model with the server's own code)"
     installed = installed_line(fw)
     if installed is None or importlib.util.find_spec(fw) is None:
         return f"not installed here: {framework_label(fw)}"
