@@ -131,6 +131,13 @@ def launch_command(case: dict, gpu: str, line: str) -> str:
         parts.append("--attention-config.disable_flashinfer_q_quantization true")
     if case.get("trtllm") is not None:
         parts.append(f"--attention-config.use_trtllm_attention {str(case['trtllm']).lower()}")
+    # issue 27 item 4 (vllm_space.py): block size, chunked prefill, CUDA-graph mode
+    if case.get("block_size", 16) != 16:
+        parts.append(f"--block-size {case['block_size']}")
+    if case.get("chunked_prefill") is False:
+        parts.append("--no-enable-chunked-prefill")
+    if case.get("cudagraph_mode") and case.get("cudagraphs", True):
+        parts.append(f"--compilation-config '{{\"cudagraph_mode\": \"{case['cudagraph_mode']}\"}}'")
     return f"[{line}, {gpu}] " + " ".join(parts)
 
 
