@@ -6,7 +6,7 @@ windows, sinks, soft-cap and hybrid layers (tests/vllm/realcalls_models.py), and
 what a user passes: tensor parallel size, ``--block-size`` 16/32/64, chunked prefill on or off,
 ``--max-model-len`` from 256 up (clipped to what vLLM allows for the model),
 ``--max-num-batched-tokens`` up to 65536, ``--max-num-seqs`` up to 4096, every
-``cudagraph_mode``, a capture ceiling, KV-cache dtype, n-gram speculation, and on SM10x TRT-LLM
+``cudagraph_mode``, a capture ceiling, KV-cache dtype, n-gram or EAGLE/EAGLE3 speculation, and on SM10x TRT-LLM
 attention forced on (or off) where the line has the switch. Nothing here comes from guard_core.
 """
 
@@ -53,6 +53,8 @@ def vllm_wide_cases(seed: int, n: int, gpu: str, models: list[tuple[str, int]], 
             draft=rng.choice([0, 0, 0, 1, 2, 3, 5]), disable_q_quant=rng.random() < 0.15,
             trtllm=(rng.choice([True, True, None, False]) if sm10 else None) if trtllm_switch else None,
             search=SEARCH_BUDGET, seed=seed * 1000 + i, eager=True, source=name)
+        if case["draft"]:  # n-gram, or an EAGLE/EAGLE3 drafter built by vLLM (realcalls_models.py)
+            case["spec_method"] = rng.choice(["ngram", "eagle", "eagle3"])
         if not case["chunked_prefill"]:  # vLLM refuses fewer (SchedulerConfig.verify_max_model_len)
             case["max_num_batched_tokens"] = max(mbt, mml)
         out.append(case)

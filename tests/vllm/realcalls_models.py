@@ -28,6 +28,7 @@ MLA models are not built: vLLM decides MLA (``ModelConfig.use_mla``), and then
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import socket
@@ -146,6 +147,51 @@ def _building():
                 setattr(cls, k, v)
 
 
+def _build_drafter(vc, tp: int, initialize_model) -> None:
+    """The EAGLE/EAGLE3 drafter as vLLM's proposer builds it (``_get_model``,
+    ``v1/spec_decode/llm_base_proposer.py`` 0.33.0:1303-1316): its own draft config
+    (``_create_draft_vllm_config``) and the draft model class vLLM resolved
+    (``SpeculativeConfig.draft_model_config``), on ``meta``; its attention layers join the
+    forward context next to the target's."""
+    import importlib
+    import types
+
+    import torch
+    from vllm.config import set_current_vllm_config
+
+    proposer = None
+    for mod in ("vllm.v1.spec_decode.llm_base_proposer", "vllm.v1.spec_decode.eagle"):
+        try:
+            m = importlib.import_module(mod)
+        except ImportError:
+            continue
+        proposer = next((v for v in vars(m).values() if isinstance(v, type) and "_create_draft_vllm_config" in vars(v)),
+                        None)
+        if proposer is not None:
+            break
+    sc = vc.speculative_config
+    if proposer is None:
+        raise RuntimeError("this vLLM has no proposer with _create_draft_vllm_config")
+    dvc = proposer._create_draft_vllm_config(types.SimpleNamespace(speculative_config=sc, vllm_config=vc))
+    with tp_ranks(vc, tp), set_current_vllm_config(dvc), _building(), torch.device("meta"):
+        initialize_model(vllm_config=dvc, model_config=sc.draft_model_config)
+
+
+def eagle_head_config(target: dict, method: str) -> dict:
+    """A draft head for ``target`` in the layout of the published EAGLE heads (one Llama decoder
+    layer with the target's attention shape, e.g. yuhuili/EAGLE-LLaMA3.1-Instruct-8B; EAGLE3:
+    ``LlamaForCausalLMEagle3`` with a draft vocabulary). Constructed, not published: named so."""
+    tc = target.get("text_config") or target
+    keys = ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
+            "vocab_size", "rms_norm_eps", "rope_theta", "max_position_embeddings")
+    d = {k: tc[k] for k in keys if tc.get(k) is not None}
+    d.update(num_hidden_layers=1, model_type="llama", torch_dtype="bfloat16",
+             architectures=["LlamaForCausalLMEagle3"] if method == "eagle3" else ["LlamaForCausalLM"])
+    if method == "eagle3":
+        d["draft_vocab_size"] = 32000
+    return d
+
+
 def mla_evidence(vc) -> dict:
     """An MLA model plans nothing in the guarded buffer: vLLM's own validation of the FlashInfer
     backend refuses MLA (so ``--attention-backend FLASHINFER`` cannot serve it), and vLLM's
@@ -193,12 +239,20 @@ def model_groups(vc, tp: int, resolve_layout) -> tuple[list, dict]:
     with tp_ranks(vc, tp), set_current_vllm_config(vc), _building(), torch.device("meta"):
         initialize_model(vllm_config=vc)
     ctx = vc.compilation_config.static_forward_context
+    target = {k for k, m in ctx.items() if isinstance(m, AttentionLayerBase)}
+    sc = vc.speculative_config
+    if sc is not None and getattr(sc, "method", None) in ("eagle", "eagle3"):
+        _build_drafter(vc, tp, initialize_model)
     layers = {k: m for k, m in ctx.items() if isinstance(m, AttentionLayerBase)}
     specs = {}
     with set_current_vllm_config(vc):
         for k, m in layers.items():
+            if k not in target:  # the proposer marks the drafter's layers (llm_base_proposer.py 0.33.0:1333-1335)
+                m.is_draft_layer = True
             s = m.get_kv_cache_spec(vc)
             if s is not None:
+                if getattr(m, "is_draft_layer", False) and "is_draft" in {f.name for f in dataclasses.fields(s)}:
+                    s = dataclasses.replace(s, is_draft=True)  # gpu_model_runner.py 0.33.0:7114-7115
                 specs[k] = s
         resolve_layout(vc, list(specs.values()))
         groups = get_kv_cache_groups(vc, specs)

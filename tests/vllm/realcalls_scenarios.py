@@ -295,9 +295,17 @@ def make_vllm_config(case: Case):
     if case.draft:
         from vllm.config import SpeculativeConfig
 
-        kw["speculative_config"] = SpeculativeConfig(
-            method="ngram", num_speculative_tokens=case.draft, prompt_lookup_max=4, prompt_lookup_min=2,
-            target_model_config=mc, target_parallel_config=pc)
+        if case.spec_method in ("eagle", "eagle3") and case.config:  # the drafter: realcalls_models
+            from realcalls_models import config_dict, eagle_head_config
+
+            head = model_dir(eagle_head_config(config_dict(case.config), case.spec_method))
+            kw["speculative_config"] = SpeculativeConfig(
+                method=case.spec_method, model=head, num_speculative_tokens=case.draft,
+                target_model_config=mc, target_parallel_config=pc)
+        else:
+            kw["speculative_config"] = SpeculativeConfig(
+                method="ngram", num_speculative_tokens=case.draft, prompt_lookup_max=4, prompt_lookup_min=2,
+                target_model_config=mc, target_parallel_config=pc)
     return VllmConfig(**kw)
 
 
@@ -499,16 +507,7 @@ def capture(case: Case, vc, mode, builders, rec, log) -> None:
         if rmode != CUDAGraphMode.FULL:
             continue  # piecewise graphs do not capture attention metadata
         for desc in descs:
-            num_reqs = desc.num_reqs or min(desc.num_tokens // q, case.max_num_seqs)
-            if desc.uniform:
-                qlens = [q] * num_reqs
-                if desc.num_tokens % q:
-                    qlens[-1] = desc.num_tokens % q
-            else:
-                base = desc.num_tokens // num_reqs
-                qlens = [base] * num_reqs
-                qlens[-1] += desc.num_tokens % num_reqs
-            seq = [max(qlens)] * num_reqs
+            qlens, seq = dummy_run_batch(desc.num_tokens, bool(desc.uniform), q, case.max_num_seqs, desc.num_reqs)
             for bi, b in enumerate(builders):
                 cm = common_metadata(qlens, seq, b.page_size, case.max_model_len)
                 for _ in range(warmups):
@@ -517,6 +516,32 @@ def capture(case: Case, vc, mode, builders, rec, log) -> None:
                 rec.tag = f"capture:{desc.num_tokens}:b{bi}"
                 b.build_for_cudagraph_capture(cm)
             log.append(desc.num_tokens)
+
+
+def dummy_run_batch(num_tokens: int, uniform: bool, q: int, max_num_seqs: int, desc_reqs: int | None):
+    """(query lens, seq lens) of the batch ``GPUModelRunner._dummy_run`` hands the builders for one
+    capture descriptor, counted as the line's code counts (tests/vllm/test_capture_replica.py holds
+    that code's AST hash per line): max_query_len = q for a uniform decode, else num_tokens
+    (0.23.0:5665, 0.33.0:5519); uniform: min(max_num_seqs, cdiv(num_tokens, q)) requests of q, the
+    last one the remainder (0.23.0:5686-5690, 0.33.0:5540-5543); else min(num_tokens, max_num_seqs)
+    requests of num_tokens // n, the last one the remainder (0.23.0:5691-5694, 0.33.0:5545-5548);
+    every request's seq len is max_query_len (0.23.0:5787, 0.33.0:5658); padded up to the
+    descriptor's num_reqs (0.23.0:5737-5739, 0.33.0:5591-5593) with empty requests, seq len 0 and
+    no query tokens (0.23.0:5789-5798, 0.33.0:5660-5669), and the builder is given the padded count
+    (0.23.0:5811, 0.33.0:5693)."""
+    max_q = q if uniform else num_tokens
+    if uniform:
+        n = min(max_num_seqs, -(-num_tokens // q))
+        qlens = [q] * n
+        if num_tokens % q:
+            qlens[-1] = num_tokens % q
+    else:
+        n = min(num_tokens, max_num_seqs)
+        qlens = [num_tokens // n] * n
+        qlens[-1] += num_tokens % n
+    seq = [max_q] * n
+    pad = (desc_reqs if desc_reqs is not None else n) - n
+    return qlens + [0] * pad, seq + [0] * pad
 
 
 def eager_batches(case: Case, preds: list[dict], graph_tokens: int | None = None) -> list[tuple[str, list[int], list[int]]]:
