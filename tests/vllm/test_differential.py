@@ -64,7 +64,8 @@ def test_differential_generated_deployments(gpu):
             assert r["mla"]["mla_builder_is_guarded"] is not True, r["mla"]
             assert not r.get("calls"), r["case"]
     assert calls > 0
-    assert all(r.get("search") for r in results), "the worst-case search did not run"
+    # (an MLA deployment has no FlashInfer builder to search)
+    assert all(r.get("search") for r in results if r.get("builders")), "the worst-case search did not run"
     assert not lines, "\n".join(lines)
     # the guard's own batches (and the graphs) reach the number it gives
     assert all(s["witness_ok"] for s in rows), [s for s in rows if not s["witness_ok"]]
