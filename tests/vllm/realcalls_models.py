@@ -117,7 +117,14 @@ def tp_ranks(vc, tp: int):
         with set_current_vllm_config(vc):
             ps.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
                                             distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
-            ps.initialize_model_parallel(1, 1)
+            # with no model config, vLLM creates the expert-parallel group too ("Don't create EP
+            # group for dense models", parallel_state.py 0.23.0:1852-1853): later MoE draws need it
+            saved = vc.model_config
+            object.__setattr__(vc, "model_config", None)
+            try:
+                ps.initialize_model_parallel(1, 1)
+            finally:
+                object.__setattr__(vc, "model_config", saved)
         _DIST["ready"] = True
     g = ps.get_tp_group()
     saved = g.world_size
