@@ -56,7 +56,9 @@ for line in "${lines[@]}"; do
   echo "--- $line: planner conformance on FlashInfer ${fi_ver:-?}: $(tail -n 1 "$out/$line.conformance.log")"
   if [ "$fw" = vllm ]; then
     # the differential search: a larger seeded sample than the default run (issue 17)
+    # (issue 27 item 4: drawn from the wide space, published models built by vLLM itself)
     FLASHINFER_GUARD_DIFF_N="${FLASHINFER_GUARD_MATRIX_DIFF_N:-4}" \
+      FLASHINFER_GUARD_DIFF_SPACE="${FLASHINFER_GUARD_MATRIX_DIFF_SPACE:-wide}" \
       FLASHINFER_GUARD_DIFF_SEARCH="${FLASHINFER_GUARD_MATRIX_DIFF_SEARCH:-800}" \
       FLASHINFER_GUARD_DIFF_GPUS="${FLASHINFER_GUARD_MATRIX_DIFF_GPUS:-a100,l40s,h100,h200,b200,b300,rtx6000}" \
       FLASHINFER_GUARD_VLLM_LINE="$ver" FLASHINFER_GUARD_VLLM_FULL=1 HF_HUB_OFFLINE=1 \

@@ -43,9 +43,9 @@ def _env(extra_path: str) -> dict:
 
 
 def run_vllm(gpu: str, seed: int, n: int, cubins: bool = True, timeout: int = 3600, search: int | None = None,
-             before: bool = False, inject: bool = False) -> list[dict]:
+             before: bool = False, inject: bool = False, space: str = "shapes") -> list[dict]:
     cmd = [sys.executable, str(REPO / "tests" / "vllm" / "realcalls_scenarios.py"), "gen", "--seed", str(seed),
-           "--n", str(n), "--gpu", gpu, "--phases", "guard"] + ([] if cubins else ["--no-cubins"])
+           "--n", str(n), "--gpu", gpu, "--phases", "guard", "--space", space] + ([] if cubins else ["--no-cubins"])
     if search is not None:
         cmd += ["--search", str(search)]
     if before:
@@ -76,7 +76,8 @@ def rerun_command(framework: str, **kw) -> str:
     """The one command that reruns a single deployment (run in the line's environment)."""
     if framework == "vllm":
         return (f"python tests/vllm/realcalls_scenarios.py gen --phases guard --seed {kw['seed']} --n {kw['n']} "
-                f"--gpu {kw['gpu']} --cases {kw['case']}" + (f" --search {kw['search']}" if kw.get("search") else ""))
+                f"--gpu {kw['gpu']} --cases {kw['case']}" + (f" --search {kw['search']}" if kw.get("search") else "")
+                + (f" --space {kw['space']}" if kw.get("space", "shapes") != "shapes" else ""))
     return f"python tests/sglang/realcalls_scenarios.py run '{json.dumps(kw['opts'])}'"
 
 
@@ -117,6 +118,8 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=10, help="deployments per GPU (vLLM) or in all (SGLang)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gpus", default=",".join(VLLM_GPUS))
+    p.add_argument("--space", default="wide", choices=["shapes", "wide"],
+                   help="vLLM: published models built by vLLM with wider limits (vllm_space.py), or the shapes of space.py")
     p.add_argument("--search", type=int, default=SEARCH_BUDGET, help="evaluations of the worst-case search")
     p.add_argument("--before", action="store_true", help="also run the 24-batch search of before issue 27")
     p.add_argument("--inject", action="store_true", help="the injected-gap test of the search")
@@ -131,9 +134,10 @@ def main(argv=None) -> int:
     if args.framework == "vllm":
         line = f"vllm-{md.version('vllm')}"
         for gpu in args.gpus.split(","):
-            res = run_vllm(gpu, args.seed, args.n, search=args.search, before=args.before, inject=args.inject)
+            res = run_vllm(gpu, args.seed, args.n, search=args.search, before=args.before, inject=args.inject,
+                           space=args.space)
             b, ls = report(res, line, rerun=lambda r, gpu=gpu: rerun_command(
-                "vllm", seed=args.seed, n=args.n, gpu=gpu, case=r.get("case"), search=args.search))
+                "vllm", seed=args.seed, n=args.n, gpu=gpu, case=r.get("case"), search=args.search, space=args.space))
             bad, lines = bad + b, lines + ls
             for r in res:
                 if not r.get("setup_error"):

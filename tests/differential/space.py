@@ -118,19 +118,29 @@ def vllm_cases(seed: int, n: int, gpu: str, head_sizes=(64, 128, 256, 512), trtl
 
 def launch_command(case: dict, gpu: str, line: str) -> str:
     """The deployment as the command a user would type (for one-line reproductions)."""
-    parts = [f"vllm serve {case.get('source', 'MODEL')}", f"--tensor-parallel-size {case['tp']}",
-             f"--kv-cache-dtype {case['kv_cache_dtype']}", f"--max-num-seqs {case['max_num_seqs']}",
-             f"--max-num-batched-tokens {case['max_num_batched_tokens']}", f"--max-model-len {case['max_model_len']}"]
+    parts = [f"vllm serve {case.get('source', 'MODEL')}", f"--tensor-parallel-size {case.get('tp', '?')}",
+             f"--kv-cache-dtype {case.get('kv_cache_dtype', '?')}", f"--max-num-seqs {case.get('max_num_seqs', '?')}",
+             f"--max-num-batched-tokens {case.get('max_num_batched_tokens', '?')}",
+             f"--max-model-len {case.get('max_model_len', '?')}"]
     if not case.get("cudagraphs", True):
         parts.append("--enforce-eager")
     elif case.get("capture"):
         parts.append(f"--max-cudagraph-capture-size {case['capture']}")
     if case.get("draft"):
-        parts.append(f"--speculative-config '{{\"method\": \"ngram\", \"num_speculative_tokens\": {case['draft']}}}'")
+        method = case.get("spec_method") or "ngram"
+        head = "" if method == "ngram" else ', \"model\": \"<EAGLE head>\"'
+        parts.append(f"--speculative-config '{{\"method\": \"{method}\"{head}, \"num_speculative_tokens\": {case['draft']}}}'")
     if case.get("disable_q_quant"):
         parts.append("--attention-config.disable_flashinfer_q_quantization true")
     if case.get("trtllm") is not None:
         parts.append(f"--attention-config.use_trtllm_attention {str(case['trtllm']).lower()}")
+    # issue 27 item 4 (vllm_space.py): block size, chunked prefill, CUDA-graph mode
+    if case.get("block_size", 16) != 16:
+        parts.append(f"--block-size {case['block_size']}")
+    if case.get("chunked_prefill") is False:
+        parts.append("--no-enable-chunked-prefill")
+    if case.get("cudagraph_mode") and case.get("cudagraphs", True):
+        parts.append(f"--compilation-config '{{\"cudagraph_mode\": \"{case['cudagraph_mode']}\"}}'")
     return f"[{line}, {gpu}] " + " ".join(parts)
 
 

@@ -94,6 +94,16 @@ class Case:
     seed: int = 0
     legacy_search: int = 0  # batches of the earlier random + greedy search (tag eager:legacy:, for before/after)
     inject: bool = False  # replay shrunk copies of the guard's worst eager batch (tag eager:inject:)
+    # issue 27 item 4 (tests/differential/vllm_space.py): a published model built by vLLM itself
+    # (tests/vllm/realcalls_models.py; ``alternates``: the next draws where vLLM cannot build it on
+    # the CPU), the KV-cache block size, chunked prefill, the CUDA-graph mode (None: FULL_AND_PIECEWISE,
+    # or NONE when ``cudagraphs`` is False) and the speculative method
+    config: str | None = None
+    alternates: list = dataclasses.field(default_factory=list)
+    block_size: int = 16
+    chunked_prefill: bool = True
+    cudagraph_mode: str | None = None
+    spec_method: str = "ngram"
 
 
 # GPU group -> (gpu key, trtllm cubins visible, cases)
@@ -260,17 +270,27 @@ def make_vllm_config(case: Case):
     from vllm.config import (CacheConfig, CompilationConfig, DeviceConfig, ModelConfig, ParallelConfig,
                              SchedulerConfig, VllmConfig)
 
-    mc = ModelConfig(model=model_dir(model_config_dict(case)), skip_tokenizer_init=True,
-                     max_model_len=case.max_model_len)
+    if case.config:  # a published config.json (tests/vllm/realcalls_models.py)
+        from realcalls_models import config_dict
+
+        path = model_dir(config_dict(case.config))
+        longest = ModelConfig(model=path, skip_tokenizer_init=True).max_model_len
+        case.max_model_len = min(case.max_model_len, int(longest))  # vLLM refuses longer
+        if not case.chunked_prefill:  # vLLM refuses fewer (SchedulerConfig.verify_max_model_len)
+            case.max_num_batched_tokens = max(case.max_num_batched_tokens, case.max_model_len)
+    else:
+        path = model_dir(model_config_dict(case))
+    mc = ModelConfig(model=path, skip_tokenizer_init=True, max_model_len=case.max_model_len)
     pc_kw = dict(tensor_parallel_size=case.tp)
     if case.dcp > 1:
         pc_kw["decode_context_parallel_size"] = case.dcp
     pc = ParallelConfig(**pc_kw)
     cc_kw = {"cache_dtype": case.kv_cache_dtype}
-    cache = CacheConfig(block_size=16, **cc_kw)
+    cache = CacheConfig(block_size=case.block_size, **cc_kw)
     sched = SchedulerConfig(max_num_seqs=case.max_num_seqs, max_num_batched_tokens=case.max_num_batched_tokens,
-                            max_model_len=case.max_model_len, is_encoder_decoder=False)
-    comp_kw = dict(cudagraph_mode="FULL_AND_PIECEWISE" if case.cudagraphs else "NONE")
+                            max_model_len=case.max_model_len, is_encoder_decoder=False,
+                            enable_chunked_prefill=case.chunked_prefill)
+    comp_kw = dict(cudagraph_mode=case.cudagraph_mode or ("FULL_AND_PIECEWISE" if case.cudagraphs else "NONE"))
     if case.capture:
         comp_kw["max_cudagraph_capture_size"] = case.capture
     kw = dict(model_config=mc, parallel_config=pc, cache_config=cache, scheduler_config=sched,
@@ -283,9 +303,17 @@ def make_vllm_config(case: Case):
     if case.draft:
         from vllm.config import SpeculativeConfig
 
-        kw["speculative_config"] = SpeculativeConfig(
-            method="ngram", num_speculative_tokens=case.draft, prompt_lookup_max=4, prompt_lookup_min=2,
-            target_model_config=mc, target_parallel_config=pc)
+        if case.spec_method in ("eagle", "eagle3") and case.config:  # the drafter: realcalls_models
+            from realcalls_models import config_dict, eagle_head_config
+
+            head = model_dir(eagle_head_config(config_dict(case.config), case.spec_method))
+            kw["speculative_config"] = SpeculativeConfig(
+                method=case.spec_method, model=head, num_speculative_tokens=case.draft,
+                target_model_config=mc, target_parallel_config=pc)
+        else:
+            kw["speculative_config"] = SpeculativeConfig(
+                method="ngram", num_speculative_tokens=case.draft, prompt_lookup_max=4, prompt_lookup_min=2,
+                target_model_config=mc, target_parallel_config=pc)
     return VllmConfig(**kw)
 
 
@@ -299,6 +327,11 @@ def make_layers(case: Case, vc):
     except ImportError:  # older layout
         from vllm.attention.layer import Attention
 
+    if case.config:  # the model's own layers, grouped by vLLM (tests/vllm/realcalls_models.py)
+        from realcalls_models import model_groups
+
+        groups, case.model_info = model_groups(vc, case.tp, resolve_layout)
+        return None, groups
     m = case.model
     heads, kv = m["heads"] // case.tp, max(1, m["kv_heads"] // case.tp)
     kinds = ["full", "full"] if case.layout == "full" else ["swa", "full", "swa", "full"]
@@ -364,7 +397,7 @@ def make_builders(case: Case, vc, groups):
     from vllm.v1.attention.backends.flashinfer import FlashInferMetadataBuilder
 
     dev = torch.device("cpu")
-    if case.layout == "full":
+    if case.layout == "full" and not case.config:
         return [FlashInferMetadataBuilder(spec, names, vc, dev) for names, spec in groups]
     # attention groups sharing one workspace: the V2 model runner's own set-up
     from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec
@@ -486,16 +519,7 @@ def capture(case: Case, vc, mode, builders, rec, log) -> None:
         if rmode != CUDAGraphMode.FULL:
             continue  # piecewise graphs do not capture attention metadata
         for desc in descs:
-            num_reqs = desc.num_reqs or min(desc.num_tokens // q, case.max_num_seqs)
-            if desc.uniform:
-                qlens = [q] * num_reqs
-                if desc.num_tokens % q:
-                    qlens[-1] = desc.num_tokens % q
-            else:
-                base = desc.num_tokens // num_reqs
-                qlens = [base] * num_reqs
-                qlens[-1] += desc.num_tokens % num_reqs
-            seq = [max(qlens)] * num_reqs
+            qlens, seq = dummy_run_batch(desc.num_tokens, bool(desc.uniform), q, case.max_num_seqs, desc.num_reqs)
             for bi, b in enumerate(builders):
                 cm = common_metadata(qlens, seq, b.page_size, case.max_model_len)
                 for _ in range(warmups):
@@ -504,6 +528,32 @@ def capture(case: Case, vc, mode, builders, rec, log) -> None:
                 rec.tag = f"capture:{desc.num_tokens}:b{bi}"
                 b.build_for_cudagraph_capture(cm)
             log.append(desc.num_tokens)
+
+
+def dummy_run_batch(num_tokens: int, uniform: bool, q: int, max_num_seqs: int, desc_reqs: int | None):
+    """(query lens, seq lens) of the batch ``GPUModelRunner._dummy_run`` hands the builders for one
+    capture descriptor, counted as the line's code counts (tests/vllm/test_capture_replica.py holds
+    that code's AST hash per line): max_query_len = q for a uniform decode, else num_tokens
+    (0.23.0:5665, 0.33.0:5519); uniform: min(max_num_seqs, cdiv(num_tokens, q)) requests of q, the
+    last one the remainder (0.23.0:5686-5690, 0.33.0:5540-5543); else min(num_tokens, max_num_seqs)
+    requests of num_tokens // n, the last one the remainder (0.23.0:5691-5694, 0.33.0:5545-5548);
+    every request's seq len is max_query_len (0.23.0:5787, 0.33.0:5658); padded up to the
+    descriptor's num_reqs (0.23.0:5737-5739, 0.33.0:5591-5593) with empty requests, seq len 0 and
+    no query tokens (0.23.0:5789-5798, 0.33.0:5660-5669), and the builder is given the padded count
+    (0.23.0:5811, 0.33.0:5693)."""
+    max_q = q if uniform else num_tokens
+    if uniform:
+        n = min(max_num_seqs, -(-num_tokens // q))
+        qlens = [q] * n
+        if num_tokens % q:
+            qlens[-1] = num_tokens % q
+    else:
+        n = min(num_tokens, max_num_seqs)
+        qlens = [num_tokens // n] * n
+        qlens[-1] += num_tokens % n
+    seq = [max_q] * n
+    pad = (desc_reqs if desc_reqs is not None else n) - n
+    return qlens + [0] * pad, seq + [0] * pad
 
 
 def eager_batches(case: Case, preds: list[dict], graph_tokens: int | None = None) -> list[tuple[str, list[int], list[int]]]:
@@ -618,12 +668,26 @@ def search_eager(case: Case, builders, rec, out) -> list[dict]:
     from tests.differential.search import Limits, expand, label, search
 
     res = []
+    done: dict = {}  # builders vLLM made alike (same class and planner inputs): searched once
     for bi, b in enumerate(builders):
+        key = (type(b).__name__, b.num_qo_heads, b.num_kv_heads, b.head_dim, b.page_size,
+               getattr(b, "window_left", -1), str(getattr(b, "logits_soft_cap", None)),
+               str(getattr(b, "kv_cache_dtype", None)), str(getattr(b, "q_data_type", None)))
+        if key in done:  # replay the first one's best batches through this builder
+            first, seen = done[key]
+            for lab, batch in seen:
+                rec.tag = f"eager:search:{lab}:b{bi}"
+                qlens, seqs = expand(batch)
+                b.build(common_prefix_len=0, common_attn_metadata=common_metadata(qlens, seqs, b.page_size,
+                                                                                 case.max_model_len))
+            res.append(dict(res[first], same_as=first))
+            continue
+        tried: dict = {}
         wl = getattr(b, "window_left", -1)
         lim = Limits(case.max_num_seqs, case.max_num_batched_tokens, case.max_model_len, draft=case.draft,
                      window=wl if wl is not None and wl >= 0 else None, page=int(b.page_size))
 
-        def evaluate(batch, b=b, bi=bi):
+        def evaluate(batch, b=b, bi=bi, tried=tried):
             if out.get("crash"):
                 return 0
             qlens, seqs = expand(batch)
@@ -635,12 +699,14 @@ def search_eager(case: Case, builders, rec, out) -> list[dict]:
             except RuntimeError as exc:
                 out["crash"] = {"phase": f"eager search {label(batch)}", "error": str(exc)}
                 return 0
-            return max((c.get("float_bytes") or 0 for c in rec.calls[n0:]), default=0)
+            tried[batch] = max((c.get("float_bytes") or 0 for c in rec.calls[n0:]), default=0)
+            return tried[batch]
 
         t = time.time()
         r = search(lim, evaluate, int(case.search), seed=case.seed * 31 + bi)
         r["seconds"] = round(time.time() - t, 2)
         res.append(r)
+        done[key] = (bi, [(label(bt), bt) for bt in sorted(tried, key=lambda x: -tried[x])[:8]])
     return res
 
 
@@ -716,11 +782,24 @@ def run_case(case: Case, rec, module, args) -> dict:
     start = len(rec.calls)
     vc = make_vllm_config(case)
     out: dict = {"case": case.name, "config": dataclasses.asdict(case)}
+    if case.config and vc.model_config.use_mla:  # vLLM decides MLA: nothing in the guarded buffer
+        from realcalls_models import mla_evidence
+
+        out.update(mla=mla_evidence(vc), prediction=[], calls=[], builders=[], seconds=round(time.time() - t0, 1))
+        return out
     with set_current_vllm_config(vc), dcp_group(case.dcp):
         layers, groups = make_layers(case, vc)
+        out["model"] = getattr(case, "model_info", None)
+        if case.config and not groups:  # no layer runs on FlashInfer: the guard is never asked
+            out.update(prediction=[], calls=[], builders=[], seconds=round(time.time() - t0, 1))
+            return out
         resolve_layout(vc, [spec for _, spec in groups])
         mode, support = resolve_cudagraphs(case, vc, [spec for _, spec in groups])
         builders = make_builders(case, vc, groups)
+        if case.config:  # the harness's fixed batches read the shape per rank of the first builder
+            b0 = builders[0]
+            case.model = dict(heads=b0.num_qo_heads * case.tp, kv_heads=b0.num_kv_heads * case.tp,
+                              head_dim=b0.head_dim)
         out["cudagraph_mode"] = str(mode)
         out["cg_support"] = str(support)
         out["capture_sizes"] = list(vc.compilation_config.cudagraph_capture_sizes or [])
@@ -790,6 +869,37 @@ def run_case(case: Case, rec, module, args) -> dict:
     return out
 
 
+def run_or_redraw(case: Case, rec, module, args) -> dict:
+    """``run_case``; where vLLM cannot build a drawn published model on the CPU (see
+    tests/vllm/realcalls_models.py), the case's next drawn model (``alternates``), each skip
+    recorded with its reason."""
+    skipped = []
+    base = dataclasses.replace(case, alternates=list(case.alternates))
+    while True:
+        try:
+            res = run_case(case, rec, module, args)
+            break
+        except Exception as exc:
+            traceback.print_exc()
+            why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            if case.config and base.alternates:
+                skipped.append({"model": case.config, "why": why})
+                nxt = base.alternates.pop(0)
+                case = dataclasses.replace(base, config=nxt, alternates=[])
+                case.max_model_len, case.max_num_batched_tokens = base.max_model_len, base.max_num_batched_tokens
+                continue
+            res = {"case": case.name, "setup_error": why}
+            break
+    if skipped:
+        res["skipped_models"] = skipped
+    if case.config:
+        from realcalls_models import hub_name
+
+        res["source"] = hub_name(case.config)
+        res["corpus_config"] = case.config
+    return res
+
+
 def _understate() -> None:
     """A deliberately wrong model: every requirement the vLLM adapter gets is short by the
     dominant plan's largest allocation (the safety net must recover from the real overflow)."""
@@ -812,6 +922,8 @@ def main(argv=None) -> None:
     p.add_argument("--seed", type=int, default=0, help="gen: the seed of the generated deployments")
     p.add_argument("--n", type=int, default=3, help="gen: how many deployments")
     p.add_argument("--gpu", default="h200", help="gen: the GPU (a key of GPUS)")
+    p.add_argument("--space", default="shapes", choices=["shapes", "wide"],
+                   help="gen: tests/differential/space.py shapes, or vllm_space.py (published models, wider limits)")
     p.add_argument("--no-cubins", action="store_true", help="gen: TRT-LLM cubins not installed")
     p.add_argument("--search", type=int, default=None, help="gen: evaluations of the worst-case search per builder")
     p.add_argument("--legacy-search", type=int, default=0, help="gen: also the earlier 24-batch search (before/after)")
@@ -843,10 +955,21 @@ def main(argv=None) -> None:
     import vllm.v1.attention.backends.flashinfer as module
 
     if cases is None:
-        from tests.differential.space import vllm_cases
-
         sizes = tuple(module.FlashInferBackend.get_supported_head_sizes())
-        drawn = vllm_cases(args.seed, args.n, gpu_key, head_sizes=sizes, trtllm_gpu=cc[0] == 10)
+        if args.space == "wide":  # issue 27 item 4: published models built by vLLM, wider limits
+            import realcalls_models
+            from vllm.config import AttentionConfig
+
+            from tests.differential.vllm_space import vllm_wide_cases
+
+            realcalls_models.platform_answers()
+            switch = "use_trtllm_attention" in {f.name for f in dataclasses.fields(AttentionConfig)}
+            drawn = vllm_wide_cases(args.seed, args.n, gpu_key, realcalls_models.corpus_heads(),
+                                    trtllm_switch=switch, sm10=cc[0] == 10)
+        else:
+            from tests.differential.space import vllm_cases
+
+            drawn = vllm_cases(args.seed, args.n, gpu_key, head_sizes=sizes, trtllm_gpu=cc[0] == 10)
         cases = []
         for d in drawn:
             source = d.pop("source")
@@ -883,14 +1006,10 @@ def main(argv=None) -> None:
         else:
             meta_phase = {"plugins_loaded": bool(vllm.plugins.plugins_loaded)}
         for case in cases:
-            try:
-                res = run_case(case, rec, module, args)
-            except Exception as exc:
-                traceback.print_exc()
-                res = {"case": case.name, "setup_error": f"{type(exc).__name__}: {exc}"}
+            res = run_or_redraw(case, rec, module, args)
             res.update(meta)
             res.update(meta_phase)
-            if case.name in SOURCES:
+            if case.name in SOURCES and "source" not in res:
                 res["source"] = SOURCES[case.name]
             res["phase"] = phase
             result(**res)
