@@ -5,6 +5,7 @@ temporary sys.path and the package's real ``flashinfer_guard_sglang.pth``
 processed by ``site.addsitedir`` (exactly what site does at start-up).
 """
 
+import json
 import os
 import pathlib
 import subprocess
@@ -179,18 +180,23 @@ def test_pth_line_survives_a_missing_package(tmp_path):
 
 
 def test_bootstrap_import_is_cheap(dirs):
-    """The .pth runs in every interpreter of the environment: under 2 ms (median of a few runs)."""
+    """The .pth runs in every interpreter of the environment, so it may import nothing but its own
+    bootstrap module and the standard library: no guard_core, no SGLang, no torch, nothing else
+    from site-packages until SGLang itself is imported (the speed it buys is measured in
+    benchmarks/bench_sglang_bootstrap.py, not here: no timed unit tests)."""
     site_dir, _, _ = dirs
-    code = ("import sys, time, site; t = time.perf_counter(); site.addsitedir(sys.argv[1]); "
-            "dt = (time.perf_counter() - t) * 1e3; assert 'sglang_guard._pth' in sys.modules; print(dt)")
+    code = ("import sys, site, json; before = set(sys.modules); site.addsitedir(sys.argv[1]); "
+            "assert 'sglang_guard._pth' in sys.modules; "
+            "print(json.dumps(sorted(set(sys.modules) - before)))")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    times = []
-    for _ in range(5):
-        r = subprocess.run([sys.executable, "-c", code, str(site_dir), str(ROOT)], capture_output=True, text=True,
-                           env=env, timeout=60)
-        assert r.returncode == 0, r.stderr
-        times.append(float(r.stdout.strip()))
-    assert sorted(times)[2] < 2.0, times
+    # -S: no site-packages (and none of its .pth files) at start-up, so only this .pth's imports are new
+    r = subprocess.run([sys.executable, "-S", "-c", code, str(site_dir), str(ROOT)], capture_output=True, text=True,
+                       env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    new = json.loads(r.stdout.strip().splitlines()[-1])
+    ours = {"sglang_guard", "sglang_guard._pth"}
+    foreign = [m for m in new if m not in ours and m.split(".")[0] not in sys.stdlib_module_names]
+    assert "sglang_guard._pth" in new and not foreign, foreign
 
 
 @pytest.mark.parametrize("broken, how, cause", [
