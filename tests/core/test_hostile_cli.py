@@ -143,7 +143,7 @@ CMD = [sys.executable, "-m", "guard_core.commands.cli"]
 
 def _limits():  # 1 GiB of address space, 60 s of CPU: an absurd flag must fail cleanly inside both
     resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
-    resource.setrlimit(resource.RLIMIT_CPU, (60, 60))
+    resource.setrlimit(resource.RLIMIT_CPU, (20, 20))
 
 
 @pytest.mark.parametrize("args", [
@@ -155,9 +155,9 @@ def _limits():  # 1 GiB of address space, 60 s of CPU: an absurd flag must fail 
     ["--capture-sizes", ",".join(str(i) for i in range(1, 20000))],
 ])
 def test_absurd_values_fail_fast_within_memory(args):
-    t = time.perf_counter()
-    r = subprocess.run(CMD + ["plan"] + args, capture_output=True, text=True, timeout=60, preexec_fn=_limits)
-    assert time.perf_counter() - t < 20
+    # fast = within the CPU-time limit _limits sets (a runaway is killed by SIGXCPU: returncode < 0),
+    # which no load on the machine changes (no wall-clock timing in a unit test)
+    r = subprocess.run(CMD + ["plan"] + args, capture_output=True, text=True, timeout=600, preexec_fn=_limits)
     assert r.returncode == 2 and r.stdout == ""
     assert len(r.stderr.splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
 
