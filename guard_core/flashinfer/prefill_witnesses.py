@@ -56,105 +56,117 @@ def _pages_for(k: int, q: int, m: int, page: int, clip: int | None, max_pages: i
 
 
 def mixed_fill_batches(ctx, layout, limits, tiles, fa2_max_bs: int, min_chunk_pages: int, max_pages, clip_for):
-    """Mixed batches: ``n`` long requests of ``t`` query tiles and ``k`` KV chunks each, plus
-    one-tile requests whose chunks fill the split batch up to the planner's cap.
+    """Mixed batches whose (query tile, KV chunk) entries add up to the planner's split cap, or as
+    close to it as the seats allow: for each CTA tile, the fewest requests (then query tokens)
+    reaching each entry count, by a small knapsack over what one request can contribute.
 
-    Why this family (issue 27 item 4, vLLM 0.33 and 0.23, RTX PRO 6000, Qwen2.5-Omni thinker: 28 q /
-    4 kv heads, page 32, ``--max-model-len 464 --max-num-seqs 8``: 3 x 127 query tokens @ 432 KV
-    plus 5 x 6 @ 139 plan 94 = 2 * 188 / 4 split entries at CTA tile 128, 24,836,112 B, where every
+    Why (issue 27 item 4, vLLM 0.33 and 0.23, RTX PRO 6000, Qwen2.5-Omni thinker: 28 q / 4 kv
+    heads, page 32, ``--max-model-len 464 --max-num-seqs 8``: 3 x 127 query tokens @ 432 KV plus
+    5 x 6 @ 139 plan 94 = 2 * 188 / 4 split entries at CTA tile 128, 24,836,112 B, where every
     batch of one shape stops at 92, 24,315,984 B): a non-CUDA-graph split plan's scratch is
     ``num_qo_heads x rows x (4 head_dim + 4)`` bytes with rows ``ceil(new_batch_size x cta_tile_q /
-    gqa)`` (``padded_batch_size = new_batch_size``), and PrefillBinarySearchKVChunkSize returns the
-    smallest chunk with ``sum(tiles x ceil(kv / chunk)) <= max_batch_size_if_split`` (scheduler.cuh
-    0.7.2.post1:101-129, 0.6.12 the same), so ``new_batch_size <= 2 x SMs / kv_heads`` whenever
-    it splits. A batch landing on the minimum chunk with exactly that many entries is therefore the
-    largest any batch at that CTA tile can plan. Requests of one shape reach only multiples of
-    ``t x k``; one-tile requests add any number of entries from 1 to ``ceil(kv_max / chunk)`` each,
-    so with enough seats this family reaches the cap exactly (for every tile size, the average
-    packed query length kept in that tile's range). Where seats or tokens run out it is the
-    largest total this construction reaches, evaluated as a real batch, beside the one-shape
-    witnesses. ``tiles``: (cta_tile_q, lowest and highest average packed query length that picks
-    it); ``clip_for(cta)``: the KV pages the window leaves the split search (None: no window).
-    Yields (plan, n, q, witness groups)."""
-    g, page, m = layout.gqa_group, layout.page_size, min_chunk_pages
+    gqa)`` (before 0.7.1 ``new_batch_size x cta_tile_q``; ``padded_batch_size = new_batch_size``),
+    and PrefillBinarySearchKVChunkSize returns the smallest chunk with ``sum(tiles x ceil(kv /
+    chunk)) <= max_batch_size_if_split`` (scheduler.cuh 0.7.2.post1:101-129, 0.6.12 the same), so
+    ``new_batch_size <= 2 x SMs / kv_heads`` whenever it splits. A batch landing on the minimum
+    chunk with exactly that many entries is therefore the largest any batch at that CTA tile can
+    plan. On the minimum chunk a request of ``t`` query tiles and ``k`` chunks contributes
+    ``t x k`` entries (``t`` fixes its query length within a tile, ``k`` its KV pages, at least
+    the query's own); the knapsack over those contributions is exact for the entry count under
+    the seat limit, and the batch is then checked against the tokens and the tile's average
+    query length (longer queries within their tiles where the average must rise). Plans that land
+    on a larger chunk are the one-shape witnesses' part. ``tiles``: (cta_tile_q, lowest and
+    highest average packed query length that picks it); ``clip_for(cta)``: the KV pages the window
+    leaves the split search (None: no window). Yields (plan, n, q, witness groups)."""
+    g, page, m, cap = layout.gqa_group, layout.page_size, min_chunk_pages, fa2_max_bs
     seats, tokens = int(limits.max_num_seqs), int(limits.max_num_batched_tokens)
     max_len = int(limits.max_model_len) if limits.max_model_len else None
     for cta, a_lo, a_hi in sorted(tiles, reverse=True):
-        if cta < g:
+        if cta < g or cap < 2:
             continue
         clip = clip_for(cta)
-        top = clip if clip is not None else max_pages
-        kmax = fa2_max_bs if top is None else -(-top // m)
-        f_q = cta // g if max_len is None else min(cta // g, max_len)  # the longest one-tile request
-        best = []
-        for t in range(1, fa2_max_bs + 1):
-            q_lo, q_hi = ((t - 1) * cta) // g + 1, (t * cta) // g
-            if max_len is not None:
-                q_hi = min(q_hi, max_len)
-            if q_lo > q_hi:
-                break
-            for k in range(1, min(kmax, fa2_max_bs // t) + 1):
-                for n in range(1, min(seats, fa2_max_bs // (t * k)) + 1):
-                    rest, left = fa2_max_bs - n * t * k, seats - n
-                    fill = min(-(-rest // kmax), left)
-                    if fill * kmax < rest:
-                        rest = fill * kmax
-                    total = n * t * k + rest
-                    best.append((total, -n - fill, t, k, n, fill, rest))
-        best.sort(reverse=True)
+        vals = _contributions(cta, g, page, m, clip, max_pages, max_len, cap)
+        order = sorted(vals)
+        best: list = [None] * (cap + 1)  # entries -> (requests, query tokens, last contribution)
+        best[0] = (0, 0, 0)
+        for e in range(1, cap + 1):
+            for v in order:
+                if v > e:
+                    break
+                prev = best[e - v]
+                if prev is not None and (best[e] is None or (prev[0] + 1, prev[1] + vals[v][0]) < best[e][:2]):
+                    best[e] = (prev[0] + 1, prev[1] + vals[v][0], v)
         found = 0
-        for total, _, t, k, n, fill, rest in best:
-            batch = _concrete(t, k, n, fill, rest, cta, g, page, m, clip, max_pages, max_len, kmax, f_q,
-                              tokens, a_lo, a_hi)
+        for e in range(cap, 0, -1):
+            b = best[e]
+            if b is None or b[0] > seats or b[1] > tokens:
+                continue
+            reqs, left = [], e
+            while left:
+                v = best[left][2]
+                reqs.append(vals[v][1:])
+                left -= v
+            batch = _concrete(reqs, cta, g, page, m, clip, max_pages, max_len, tokens, a_lo, a_hi)
             if batch is None:
                 continue
             found += 1
             groups = tuple(batch)
-            rows = sum(q * c for q, _, c in groups)
-            plan = ctx.fa2(groups, rows, False, window=True)
+            plan = ctx.fa2(groups, sum(q * c for q, _, c in groups), False, window=True)
             yield plan, sum(c for _, _, c in groups), groups[0][0], groups
-            if total == fa2_max_bs and plan.padded_batch_size == fa2_max_bs and plan.cta_tile_q == cta:
+            if e == cap and plan.padded_batch_size == cap and plan.cta_tile_q == cta:
                 return  # the cap at the largest tile left: no batch plans more (the proof above)
             if found >= 4:
                 break
 
 
-def _concrete(t, k, n, fill, rest, cta, g, page, m, clip, max_pages, max_len, kmax, f_q, tokens, a_lo, a_hi):
-    """Query and KV lengths for the shape: the fewest query tokens, then longer queries (fillers
-    first, up to one tile) until the average packed length reaches ``a_lo``; None if the limits
-    forbid it."""
-    q_lo, q_hi = ((t - 1) * cta) // g + 1, (t * cta) // g
-    if max_len is not None:
-        q_hi = min(q_hi, max_len)
-    chunks = [kmax] * (fill - 1) + [rest - kmax * (fill - 1)] if fill else []
-    reqs = n + fill
-    q_long, q_fill = q_lo, [1] * fill
-    need = -(-a_lo * reqs // g)  # sum(q) x g >= a_lo x reqs: floor(sum / reqs) >= a_lo
-    total = n * q_long + fill
-    for i in range(fill):
+def _q_range(t, cta, g, max_len):
+    lo, hi = ((t - 1) * cta) // g + 1, (t * cta) // g
+    return lo, (hi if max_len is None else min(hi, max_len))
+
+
+def _contributions(cta, g, page, m, clip, max_pages, max_len, cap):
+    """Entries one request can add on the minimum chunk: {t x k: (fewest query tokens, t, k)}."""
+    top = clip if clip is not None else max_pages
+    kmax = cap if top is None else -(-top // m)
+    vals: dict = {}
+    for t in range(1, cap + 1):
+        q_lo, q_hi = _q_range(t, cta, g, max_len)
+        if q_lo > q_hi:
+            break
+        for k in range(1, min(kmax, cap // t) + 1):
+            if _pages_for(k, q_lo, m, page, clip, max_pages) is not None and (
+                    t * k not in vals or q_lo < vals[t * k][0]):
+                vals[t * k] = (q_lo, t, k)
+    return vals
+
+
+def _concrete(reqs, cta, g, page, m, clip, max_pages, max_len, tokens, a_lo, a_hi):
+    """Query and KV lengths for requests of (t tiles, k chunks): the fewest query tokens, then
+    longer queries within their tiles until the average packed length reaches ``a_lo``; None if
+    the limits forbid it."""
+    qs = [_q_range(t, cta, g, max_len)[0] for t, _ in reqs]
+    need = -(-a_lo * len(reqs) // g)  # sum(q) x g >= a_lo x requests: floor(sum / requests) >= a_lo
+    total = sum(qs)
+    for i, (t, k) in enumerate(reqs):
         if total >= need:
             break
-        add = min(f_q - 1, need - total)
-        q_fill[i] += add
+        hi = _q_range(t, cta, g, max_len)[1]
+        while hi > qs[i] and _pages_for(k, hi, m, page, clip, max_pages) is None:
+            hi -= 1
+        add = max(0, min(hi - qs[i], need - total))
+        qs[i] += add
         total += add
-    if total < need:
-        add = min(q_hi - q_long, -(-(need - total) // n))
-        q_long += add
-        total += n * add
-    if total < need or total > tokens or (total * g) // reqs > a_hi:
+    if total < need or total > tokens or (total * g) // len(reqs) > a_hi:
         return None
-    p_long = _pages_for(k, q_long, m, page, clip, max_pages)
-    if p_long is None:
-        return None
-    out = {(q_long, p_long): n}
-    for q, c in zip(q_fill, chunks):
-        p = _pages_for(c, q, m, page, clip, max_pages)
+    out: dict = {}
+    for q, (_, k) in zip(qs, reqs):
+        p = _pages_for(k, q, m, page, clip, max_pages)
         if p is None:
             return None
         out[(q, p)] = out.get((q, p), 0) + 1
     if max(p for _, p in out) <= m:
         return None  # nothing to split: the planner would not
-    return [(q, p, c) for (q, p), c in out.items()]
+    return [(q, p, c) for (q, p), c in sorted(out.items(), reverse=True)]
 
 
 def tile_ranges(version, layout, cc_major, optin_smem):
