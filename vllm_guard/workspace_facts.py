@@ -139,11 +139,15 @@ def _capture_sizes(builder, vc, draft, max_seqs, missing):
         if isinstance(cap, int) and cap > 0:
             max_bs = min(max_bs, cap)
     max_bs = int(max_bs)
-    capture = tuple(s for s in sizes if s <= max_bs)
+    # every pure decode batch of at most max_bs tokens plans the CUDA-graph wrapper, captured or
+    # not (v1/attention/backends/flashinfer.py 0.23.0:1210-1214, 0.33.0:1938-1942), and its need
+    # grows with the batch: max_bs itself is planned even where it is no capture size (issue 27:
+    # --max-num-seqs 353 plans 353 one-token decodes with the graph flag, the list stops at 352)
+    capture = tuple(sorted({s for s in sizes if s <= max_bs} | {max_bs}))
     if not sizes:
         missing.append("cudagraph_capture_sizes")
         capture = tuple(range(1, max_bs + 1))
-    return capture or (max_bs,)
+    return capture
 
 
 def _facts(builder, gpu):

@@ -227,7 +227,7 @@ def vllm_graph_limits(*, capture_sizes, max_num_seqs: int, max_num_batched_token
                       max_model_len, reorder_batch_threshold, fa2_native_decode: bool = False):
     """The serving envelope of one vLLM FlashInfer builder: which CUDA graphs vLLM captures and
     plans in this buffer. ``capture_sizes``: the capture list up to the builder's
-    ``_decode_cudagraph_max_bs``, in tokens. Speculative verify batches run through the decode
+    ``_decode_cudagraph_max_bs``, in tokens, and that size itself (planned there, captured or not). Speculative verify batches run through the decode
     graphs only where the builder treats them as decodes (``reorder_batch_threshold`` > 1;
     None: unknown, the larger need); otherwise they are prefills (eager) and the decode graphs
     hold one token per request. The adapter reads the threshold from the builder, ``plan``

@@ -160,7 +160,9 @@ def _vllm_cuda_graphs(out: Defaults, d: Deployment, rules: str, label: str, give
         sizes = sorted(set(sizes) | set(extra))
         v["capture_sizes"] = Derived(tuple(sizes), f"{label} capture list up to {max(sizes, default=0)}")
     decode_max = min((1 + k) * seqs, max(sizes, default=0))
-    out.decode_graph_sizes = tuple(b for b in sizes if b <= decode_max)
+    # every pure decode batch of at most decode_max tokens plans the CUDA-graph wrapper, captured
+    # or not (v1/attention/backends/flashinfer.py 0.23.0:1210-1214, 0.33.0:1938-1942): decode_max too
+    out.decode_graph_sizes = tuple(sorted({b for b in sizes if b <= decode_max} | ({decode_max} if decode_max else set())))
     if d.max_capture and d.max_capture > decode_max:
         notes.append(f"--max-cudagraph-capture-size {d.max_capture}: FlashInfer decode graphs stop at "
                      f"{decode_max} = (1 + draft tokens) x max seqs ({seqs}); larger graphs run mixed batches")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from guard_core.flashinfer import planner as fm
+from guard_core.flashinfer import prefill_witnesses as pw
 from guard_core.flashinfer.sizing_records import AttentionLayout, Planners, Scenario
 from guard_core.gpus import Gpu
 
@@ -234,8 +235,15 @@ def _eager_prefill_scenarios(ctx, layout, limits, gpu, flashinfer_version, plann
             plan = ctx.fa2(groups, n * q, False, window=True)
             if best is None or plan.float_bytes > best[0].float_bytes:
                 best = (plan, n, q, tuple(groups))
-        for plan, n, q, groups in _long_query_batches(ctx, layout, limits, gpu, flashinfer_version, fa2_max_bs,
-                                                      min_chunk_pages, max_pages):
+        smem = _optin_smem(gpu)
+        big = fm.cta_tile_q(flashinfer_version, 1 << 16, layout.head_dim_vo, layout.head_dim_qk,
+                            layout.kv_dtype_bytes, gpu.cc[0], smem)
+        more = [*pw.long_query_batches(ctx, layout, limits, big, fa2_max_bs, min_chunk_pages, max_pages,
+                                       _window_pages(layout, big, max_pages)),
+                *pw.mixed_fill_batches(ctx, layout, limits, pw.tile_ranges(flashinfer_version, layout, gpu.cc[0], smem),
+                                       fa2_max_bs, min_chunk_pages, max_pages,
+                                       lambda cta: None if layout.window_left < 0 else _window_pages(layout, cta, None))]
+        for plan, n, q, groups in more:
             if best is None or plan.float_bytes > best[0].float_bytes:
                 best = (plan, n, q, groups)
         # the int side: a full batch of short-KV prefills (no split, most tiles)
@@ -255,40 +263,6 @@ def _eager_prefill_scenarios(ctx, layout, limits, gpu, flashinfer_version, plann
         n = max(1, min(limits.max_num_seqs, t))
         groups = [(1, n - 1), (t - (n - 1), 1)] if n > 1 else [(t, 1)]
         scenarios.append(Scenario("eager_prefill", n, t // n, ctx.fa3(groups, t, False), "fa3"))
-
-
-def _long_query_batches(ctx, layout, limits, gpu, version, fa2_max_bs, min_chunk_pages, max_pages):
-    """Prefill batches of ``n`` long prompts: where ``max_num_seqs`` requests of
-    ``max_model_len`` KV hold fewer minimum chunks than the split cap, the planner's split batch
-    (query tiles x KV chunks per request, scheduler.cuh 0.7.2.post1:640-660) is filled by the
-    query tiles of long prompts instead (issue 27 item 4: vLLM 0.33, B300, Qwen2.5-7B at TP 2,
-    --max-model-len 864 --max-num-seqs 1 --block-size 64: one 572-token prompt, 32 tiles x 5
-    chunks, plans 21,137,424 B where the short-query witness reached 1,849,344 B). Yields
-    (plan, n, q, witness groups); every figure is the planner model's own for that batch."""
-    if max_pages is None or fa2_max_bs < 2:
-        return
-    g = layout.gqa_group
-    big = fm.cta_tile_q(version, 1 << 16, layout.head_dim_vo, layout.head_dim_qk, layout.kv_dtype_bytes,
-                        gpu.cc[0], _optin_smem(gpu))
-    pages = _window_pages(layout, big, max_pages)
-    per_req = -(-pages // min_chunk_pages)
-    max_q = min(int(limits.max_num_batched_tokens), max_pages * layout.page_size)
-    max_req = max(1, min(limits.max_num_seqs, limits.max_num_batched_tokens))
-    ns = sorted({1, 2, 3, 4, 6, 8, 12, 16, 24, 32, max_req} & set(range(1, max_req + 1)))
-    for n in ns:
-        if n * per_req >= fa2_max_bs:
-            break
-        # every tile count the split can hold (more tiles than cap / n: no split), the longest
-        # prompt of that many tiles, against the longest KV and against its own length
-        for t in range(1, fa2_max_bs // n + 1):
-            q = min((t * big) // g, max_q, int(limits.max_num_batched_tokens) // n)
-            if q < 1:
-                break
-            for p in {max_pages, -(-q // layout.page_size)}:
-                groups = ((q, p, n),)
-                yield ctx.fa2(groups, n * q, False, window=True), n, q, groups
-            if q < (t * big) // g:  # clipped by the limits: longer prompts are not possible
-                break
 
 
 def _fixed_split_context(limits) -> int:

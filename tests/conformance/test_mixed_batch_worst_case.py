@@ -1,0 +1,73 @@
+"""Mixed prefill batches: a few long prompts plus one-token requests fill the planner's split cap.
+
+A non-CUDA-graph split plan holds at most ``2 x SMs / kv_heads`` (query tile, KV chunk) entries.
+Batches of one shape reach only multiples of tiles x chunks; vLLM's mixed batches (prefill chunks
+beside decodes) add any number of one-tile entries. Found by the differential search's wider vLLM
+space (issue 27 item 4): vLLM 0.33 and 0.23, RTX PRO 6000, Qwen2.5-Omni thinker (28 q / 4 kv heads,
+head dim 128), ``--max-model-len 464 --max-num-seqs 8 --block-size 32``: 3 x 127 query tokens @ 432
+KV plus 5 x 6 @ 139 planned 24,836,112 B (173,838,336 B on FlashInfer 0.6.12) where the guard said
+24,315,984 B (170,139,648 B).
+
+The expected value never comes from guard_core: a grid that knows nothing of the guard (n long
+requests, every query length on a ladder, KV on every page boundary, plus up to the remaining
+seats of one-token requests, KV on every page boundary) asks the compiled planner (oracle.py,
+FlashInfer's own scheduler.cuh) and keeps the largest; the guard's eager prefill need must reach
+it, and the guard's witness, replayed through the compiled planner, must need exactly the
+guard's figure.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from . import oracle
+from .test_window_worst_case import Space, _scores, guard_eager_prefill
+
+# (id, FlashInfer release, GPU, (q, kv heads, head dim) per rank, page size, window (0: none),
+#  max seqs, max batched tokens, max_model_len)
+SHAPES = (
+    ("qwen25-omni-rtxpro6000-464", "0.7.2.post1", "rtxpro6000", (28, 4, 128), 32, 0, 8, 44160, 464),
+    ("qwen25-omni-rtxpro6000-464-fi0612", "0.6.12", "rtxpro6000", (28, 4, 128), 32, 0, 8, 44160, 464),
+)
+
+
+def _ladder(top: int):
+    out, q = [], 1
+    while q <= top:
+        out.append(q)
+        q = max(q + 1, int(q * 1.3))
+    return out + ([top] if out[-1] != top else [])
+
+
+def _grid(space: Space):
+    kvs = sorted({min(space.max_len, p * space.page) for p in range(1, -(-space.max_len // space.page) + 1)})
+    out = []
+    for n in range(1, min(space.max_seqs, 8) + 1):
+        for q in _ladder(space.max_len):
+            if n * q > space.max_tokens:
+                break
+            for kv in (k for k in kvs if k >= q):
+                out.append([(q, kv)] * n)
+                for f in range(1, min(space.max_seqs, 8) - n + 1):
+                    if n * q + f > space.max_tokens:
+                        break
+                    out += [[(q, kv)] * n + [(1, kf)] * f for kf in kvs]
+    return out
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=[s[0] for s in SHAPES])
+def test_mixed_batches_covered(shape):
+    space = Space(shape)
+    oracle.build_many([space.version])
+    batches = [b for b in _grid(space) if space.valid(b)]
+    scores = _scores(space, batches)
+    real, i = max(zip(scores, range(len(batches))))
+    s = guard_eager_prefill(space)
+    print(f"\n{space.id}: {len(batches)} batches, independent worst {real} B ({batches[i][0]} x "
+          f"{batches[i].count(batches[i][0])} + {len(batches[i]) - batches[i].count(batches[i][0])} more); "
+          f"guard {s.float_bytes} B (witness {s.witness})")
+    assert s.float_bytes >= real, (space.id, s.float_bytes, real, batches[i])
+    batch = [(q, min(space.max_len, p * space.page)) for q, p, c in s.witness for _ in range(c)]
+    assert space.valid(batch), (space.id, s.witness)
+    (got,) = _scores(space, [batch])
+    assert got == s.float_bytes, (space.id, s.witness, got, s.float_bytes)
