@@ -246,16 +246,22 @@ def _version():
         return None
 
 
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+def answer_line(produce) -> int:
+    """Print ``produce()``'s answer as the one ``MARK`` line; anything raised (SystemExit from
+    SGLang's parser included) is the answer's one-line refusal, never a traceback."""
     try:
-        res = resolve(json.loads(argv[0]))
-    except BaseException as exc:  # SystemExit from SGLang's parser included: one line, never a traceback
+        res = produce()
+    except BaseException as exc:
         msg = " ".join(str(exc).split())[:400]
         res = {"ok": False, "refusal": f"SGLang refused the command: {type(exc).__name__}: {msg}"}
     sys.stdout.write(MARK + json.dumps(res, default=str) + "\n")
     sys.stdout.flush()
     return 0
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    return answer_line(lambda: resolve(json.loads(argv[0])))
 
 
 if __name__ == "__main__":

@@ -102,16 +102,9 @@ def answer(req: dict) -> dict:
 
 
 def main() -> int:
-    from .plan_resolve import MARK
+    from .plan_resolve import answer_line
 
-    try:
-        res = answer(json.loads(sys.stdin.read()))
-    except BaseException as exc:  # SGLang's parser exits (SystemExit) on a bad option: one line
-        msg = " ".join(str(exc).split())[:400]
-        res = {"ok": False, "refusal": f"SGLang refused the command: {type(exc).__name__}: {msg}"}
-    sys.stdout.write(MARK + json.dumps(res, default=str) + "\n")
-    sys.stdout.flush()
-    return 0
+    return answer_line(lambda: answer(json.loads(sys.stdin.read())))
 
 
 if __name__ == "__main__":

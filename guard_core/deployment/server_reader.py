@@ -53,52 +53,20 @@ def run_server_reader(framework: str, path: str, tps=(1,), environ=None, python:
 
 
 def _run_server_reader(framework: str, path: str, tps, environ, python) -> dict:
-    import json
-    import os
-    import subprocess
-    import sys
+    from guard_core.deployment.guard_module import config_copy, run_guard_module
 
     env = dict(os.environ if environ is None else environ)
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
-    import guard_core
-
-    # the directory holding the guard_core package (never guard_core/ itself: its flashinfer/ room
-    # would shadow the real FlashInfer in the reader)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(guard_core.__file__)))
-    env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    import shutil
-    import tempfile
-
-    tmp = None
-    if os.path.isfile(path) and os.path.basename(path) != "config.json":
-        # the server's config code reads a directory's config.json: a file under another
-        # name is read from a private copy named so
-        tmp = tempfile.mkdtemp(prefix="flashinfer-guard-model-")
-        try:
-            shutil.copyfile(path, os.path.join(tmp, "config.json"))
-        except OSError as exc:
-            shutil.rmtree(tmp, True)
-            return {"ok": False, "refusal": f"{framework} reader: cannot copy {path} ({type(exc).__name__})"}
-        path = os.path.join(tmp, "config.json")
-    cmd = [python or sys.executable, "-m", f"{framework}_guard.model_reader", path]
+    args = []
     for tp in tps:
-        cmd += ["--tp", str(int(tp))]
+        args += ["--tp", str(int(tp))]
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=SERVER_TIMEOUT_S, env=env)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return {"ok": False, "refusal": f"{framework} reader did not run ({type(exc).__name__})"}
-    finally:
-        if tmp:
-            shutil.rmtree(tmp, True)
-    for line in reversed(p.stdout.splitlines()):
-        if line.startswith(_MARK):
-            try:
-                return json.loads(line[len(_MARK):])
-            except ValueError:
-                break
-    tail = " ".join((p.stderr or "").strip().splitlines()[-1:])[:200]
-    return {"ok": False, "refusal": f"{framework} reader gave no answer (exit {p.returncode}: {tail})"}
+        with config_copy(path) as (read, _):
+            return run_guard_module(f"{framework}_guard.model_reader", [read, *args], env, _MARK, SERVER_TIMEOUT_S,
+                                    f"{framework} reader", python=python)
+    except OSError as exc:
+        return {"ok": False, "refusal": f"{framework} reader: cannot copy {path} ({type(exc).__name__})"}
 
 
 def read_with_server(framework: str, path: str, tp: int, environ=None) -> dict:

@@ -116,49 +116,20 @@ def _request(a, cmd: Command, server: ServerConfig) -> dict:
 def _ask(fw: str, req: dict, environ: dict) -> dict:
     """Run ``<fw>_guard.server_resolution`` in a subprocess of this interpreter, offline, in the
     environment the server sees (the guard itself off there: it only reads)."""
-    import shutil
-    import subprocess
-    import sys
-    import tempfile
-
-    import guard_core
+    from guard_core.deployment.guard_module import config_copy, run_guard_module
 
     # this process's environment without the servers' and FlashInfer's variables, then the ones the
     # server sees (docker -e only, env -i, env -u: commands/plan/command.server_environ)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "SGLANG_", "FLASHINFER", "SGL_"))}
     env.update(environ)
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", CUDA_VISIBLE_DEVICES="", FLASHINFER_GUARD="0")
-    here = os.path.dirname(os.path.dirname(os.path.abspath(guard_core.__file__)))
-    env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    tmp = None
-    path = req["model"]
-    if os.path.isfile(path):
-        # the server reads a directory's config.json: a file is read from a private copy named so
-        tmp = tempfile.mkdtemp(prefix="flashinfer-guard-resolve-")
-        try:
-            shutil.copyfile(path, os.path.join(tmp, "config.json"))
-        except OSError as exc:
-            shutil.rmtree(tmp, True)
-            return {"ok": False, "refusal": f"cannot copy {path} ({type(exc).__name__})"}
-        req = dict(req, model=tmp)
     try:
-        p = subprocess.run([sys.executable, "-m", f"{fw}_guard.server_resolution"], input=json.dumps(req),
-                           capture_output=True, text=True, timeout=RESOLUTION_TIMEOUT_S, env=env)
-    except subprocess.TimeoutExpired:
-        return {"ok": False, "refusal": f"{framework_label(fw)} did not answer within {RESOLUTION_TIMEOUT_S} s"}
-    except (OSError, subprocess.SubprocessError) as exc:
-        return {"ok": False, "refusal": f"{framework_label(fw)} did not run ({type(exc).__name__})"}
-    finally:
-        if tmp:
-            shutil.rmtree(tmp, True)
-    for line in reversed(p.stdout.splitlines()):
-        if line.startswith(MARK):
-            try:
-                return json.loads(line[len(MARK):])
-            except ValueError:
-                break
-    tail = " ".join((p.stderr or "").strip().splitlines()[-1:])[:200]
-    return {"ok": False, "refusal": f"{framework_label(fw)} gave no answer (exit {p.returncode}: {tail})"}
+        # the server reads a directory's config.json: a file is read from a private copy named so
+        with config_copy(req["model"], always=True) as (_, tmp):
+            return run_guard_module(f"{fw}_guard.server_resolution", [], env, MARK, RESOLUTION_TIMEOUT_S,
+                                    framework_label(fw), stdin=json.dumps(dict(req, model=tmp or req["model"])))
+    except OSError as exc:
+        return {"ok": False, "refusal": f"cannot copy {req['model']} ({type(exc).__name__})"}
 
 
 def _facts_set(a, cmd: Command, server: ServerConfig, model: ModelView, ans: dict) -> FactsSet:
