@@ -67,9 +67,8 @@ def asker(runner, layout, record: dict):
 
     def ask(scenario):
         import flashinfer
-        import torch
 
-        from guard_core.flashinfer.ask import witness_indptrs
+        from guard_core.flashinfer.ask import workspace_size_of
 
         W = getattr(flashinfer, "BatchPrefillWithPagedKVCacheWrapper", None)
         if W is None or not hasattr(W, "workspace_size"):
@@ -79,18 +78,10 @@ def asker(runner, layout, record: dict):
         if args is None or not variant_loaded(args):
             record["skipped"] = "the prefill module SGLang plans with is not loaded yet"
             return None
-        if "w" not in state:
-            dev = getattr(runner, "device", None) or "cuda"
-            state["w"] = W(torch.empty(1024, dtype=torch.uint8, device=dev), "NHD", backend="fa2")
-        qo, kv = witness_indptrs(scenario.witness)
-        page = int(layout.page_size)
-        n = len(qo) - 1
-        f, _ = state["w"].workspace_size(
-            torch.tensor(qo, dtype=torch.int32), torch.tensor(kv, dtype=torch.int32),
-            torch.zeros(kv[-1], dtype=torch.int32), torch.full((n,), page, dtype=torch.int32),
-            int(layout.num_qo_heads), int(layout.num_kv_heads), int(layout.head_dim_qk), page,
-            head_dim_vo=int(layout.head_dim_vo), causal=True, window_left=int(layout.window_left),
-            q_data_type=args[0], kv_data_type=args[1])
+        f = workspace_size_of(W, state, getattr(runner, "device", None), scenario.witness, layout.page_size,
+                              layout.num_qo_heads, layout.num_kv_heads, layout.head_dim_qk, "fa2",
+                              head_dim_vo=int(layout.head_dim_vo), causal=True, window_left=int(layout.window_left),
+                              q_data_type=args[0], kv_data_type=args[1])
         record.setdefault("asked", []).append((scenario.name, int(f), int(scenario.float_bytes)))
         return int(f)
 

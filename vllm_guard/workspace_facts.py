@@ -324,9 +324,8 @@ def _flashinfer_asker(builder, facts):
 
     def ask(scenario):
         import flashinfer
-        import torch
 
-        from guard_core.flashinfer.ask import witness_indptrs
+        from guard_core.flashinfer.ask import workspace_size_of
 
         W = getattr(flashinfer, "BatchPrefillWithPagedKVCacheWrapper", None)
         if W is None or not hasattr(W, "workspace_size"):
@@ -334,16 +333,7 @@ def _flashinfer_asker(builder, facts):
         kw = _args()
         if kw is None:
             return None
-        if "w" not in state:
-            dev = getattr(builder, "device", None) or "cuda"
-            state["w"] = W(torch.empty(1024, dtype=torch.uint8, device=dev), "NHD", backend="auto")
-        qo, kv = witness_indptrs(scenario.witness)
-        page = int(builder.page_size)
-        n = len(qo) - 1
-        f, _ = state["w"].workspace_size(
-            torch.tensor(qo, dtype=torch.int32), torch.tensor(kv, dtype=torch.int32),
-            torch.zeros(kv[-1], dtype=torch.int32), torch.full((n,), page, dtype=torch.int32),
-            int(builder.num_qo_heads), int(builder.num_kv_heads), int(builder.head_dim), page, **kw)
-        return int(f)
+        return workspace_size_of(W, state, getattr(builder, "device", None), scenario.witness, builder.page_size,
+                                 builder.num_qo_heads, builder.num_kv_heads, builder.head_dim, "auto", **kw)
 
     return ask

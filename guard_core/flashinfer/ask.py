@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-__all__ = ["cross_check", "witness_indptrs", "WS_SIZE_SINCE"]
+__all__ = ["cross_check", "witness_indptrs", "workspace_size_of", "WS_SIZE_SINCE"]
 
 WS_SIZE_SINCE = (0, 6, 15)  # FlashInfer PR #3741
 
@@ -27,6 +27,26 @@ def witness_indptrs(witness) -> tuple[list[int], list[int]]:
             qo.append(qo[-1] + int(q))
             kv.append(kv[-1] + int(pages))
     return qo, kv
+
+
+def workspace_size_of(wrapper_cls, state: dict, device, witness, page: int, num_qo_heads: int, num_kv_heads: int,
+                      head_dim: int, backend: str, **plan_kw) -> int:
+    """FlashInfer's own ``workspace_size(...)`` (float bytes) for a witness batch, asked of one paged
+    prefill wrapper kept in ``state`` (made on first use: FlashInfer's constructor allocates its
+    8 MiB int buffer; the float buffer is a 1 KiB placeholder, only its device is read).
+    ``plan_kw``: the keyword arguments the server's own ``plan()`` passes (dtypes, window, soft-cap)."""
+    import torch
+
+    if "w" not in state:
+        state["w"] = wrapper_cls(torch.empty(1024, dtype=torch.uint8, device=device or "cuda"), "NHD", backend=backend)
+    qo, kv = witness_indptrs(witness)
+    n = len(qo) - 1
+    i32 = torch.int32
+    f, _ = state["w"].workspace_size(
+        torch.tensor(qo, dtype=i32), torch.tensor(kv, dtype=i32), torch.zeros(kv[-1], dtype=i32),
+        torch.full((n,), int(page), dtype=i32), int(num_qo_heads), int(num_kv_heads), int(head_dim), int(page),
+        **plan_kw)
+    return int(f)
 
 
 def cross_check(computed, ask: Callable, key: str = "workspace-fi-size"):
