@@ -51,6 +51,7 @@ for v in "${lines[@]}"; do
     case "$v" in
       0.5.5) select=(tests/sglang/test_loading_and_faults.py tests/sglang/test_workspace.py tests/sglang/test_kv_budget.py
                      tests/sglang/test_defaults_crosscheck.py tests/sglang/test_launch_parser.py tests/sglang/test_capture_replica.py
+                     "$t/test_plan_parity.py::test_plan_agrees_with_the_adapter_on_generated_deployments"
                      "$t/test_realcalls.py::test_seed_without_guard_through_sglangs_capture_path"
                      "$t/test_realcalls.py::test_seed_with_guard_loaded_by_sglangs_route_no_call_overflows"
                      "$t/test_realcalls.py::test_safety_net_wraps_every_sglang_planning_entry_point"

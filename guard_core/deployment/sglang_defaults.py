@@ -88,7 +88,7 @@ def sglang_defaults(d: Deployment, line: str, line_source: str) -> Defaults:
         v["max_batched_tokens"] = Derived(c.value // adp, f"{c.source}, divided by DP attention {adp} ({label})",
                                           c.passed)
     running = _sglang_running_requests(v, d, given, label)
-    d = _sglang_eagle(v, d, given, label)
+    d = _sglang_eagle(v, d, given, label, line)
     k = d.draft_tokens or 0
     draft_context_page(v, d, k, given, 1, f"{label} default page size")
     if "spec_steps" in v and not v["spec_steps"].passed:
@@ -171,11 +171,18 @@ def sglang_request_pool(line: str, max_running_requests: int | None, attn_dp: in
     return per, f"{label}: the request pool holds {how} = {per}"
 
 
-def _sglang_eagle(v: dict, d: Deployment, given: str, label: str) -> Deployment:
+# architectures SGLang gives (3, 1, 4) on every line (server_args.py 0.5.5:4190-4199)
+_SGLANG_EAGLE_314 = ("DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM", "GptOssForCausalLM",
+                     "BailingMoeForCausalLM", "BailingMoeV2ForCausalLM")
+
+
+def _sglang_eagle(v: dict, d: Deployment, given: str, label: str, line: str | None = None) -> Deployment:
     """SGLang's EAGLE family (EAGLE, EAGLE3, NEXTN, STANDALONE): without --speculative-num-steps it
     picks (steps, topk, draft tokens) itself, (5, 4, 8) for LlamaForCausalLM and Grok-1, (3, 1, 4)
-    otherwise and for STANDALONE (auto_choose_speculative_params, server_args.py 0.5.5:4176-4200,
-    0.5.11:7471-7495; arg_groups/speculative_hook.py 0.5.23:1430-1470); with topk 1 the draft
+    otherwise and for STANDALONE (auto_choose_speculative_params, server_args.py 0.5.11:7471-7506;
+    arg_groups/speculative_hook.py 0.5.23:1430-1461); SGLang 0.5.5 gives (5, 4, 8) to every other
+    architecture too, (3, 1, 4) only to DeepSeek V2/V3/V3.2, gpt-oss and Bailing (server_args.py
+    0.5.5:4176-4204; found by the parity search on 0.5.5: Mistral, EAGLE without steps); with topk 1 the draft
     tokens are steps + 1 (0.5.5:1597-1604, 0.5.23:1255-1266). The draft worker decodes topk x bs
     requests per step (``eagle_topk``)."""
     from dataclasses import replace
@@ -186,8 +193,10 @@ def _sglang_eagle(v: dict, d: Deployment, given: str, label: str) -> Deployment:
     steps, topk, n = d.spec_steps, d.eagle_topk, (d.draft_tokens + 1 if d.draft_tokens is not None else None)
     src = given
     if steps is None:
+        old_line = line is not None and parse_version(line) < parse_version("0.5.11")
         auto = (3, 1, 4) if algo == "STANDALONE" else (
-            (5, 4, 8) if d.architecture in ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM") else (3, 1, 4))
+            (5, 4, 8) if d.architecture in ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM")
+            else (5, 4, 8) if old_line and d.architecture not in _SGLANG_EAGLE_314 else (3, 1, 4))
         steps, topk, n = auto
         src = f"{label} picks (steps, topk, draft tokens) = {auto} for {d.architecture or 'this model'}"
     topk = topk or 1
