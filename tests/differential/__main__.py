@@ -118,14 +118,14 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=10, help="deployments per GPU (vLLM) or in all (SGLang)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gpus", default=",".join(VLLM_GPUS))
-    p.add_argument("--space", default="wide", choices=["shapes", "wide"],
-                   help="vLLM: published models built by vLLM with wider limits (vllm_space.py), or the shapes of space.py")
+    p.add_argument("--space", default="wide", choices=["wide", "shapes", "narrow"],
+                   help="wide: vLLM, published models built by vLLM with wider limits (vllm_space.py); SGLang, "
+                        "deployments SGLang resolves itself (issue 27 item 4). shapes (= narrow): the space of "
+                        "before (vLLM: the shapes of space.py; SGLang: sglang_cases)")
     p.add_argument("--search", type=int, default=SEARCH_BUDGET, help="evaluations of the worst-case search")
     p.add_argument("--before", action="store_true", help="also run the 24-batch search of before issue 27")
     p.add_argument("--inject", action="store_true", help="the injected-gap test of the search")
     p.add_argument("--json", default="", help="write every record here (one JSON per line)")
-    p.add_argument("--space", default="wide", choices=["wide", "narrow"],
-                   help="SGLang: deployments SGLang resolves itself (issue 27 item 4), or the space of before")
     args = p.parse_args(argv)
     import importlib.metadata as md
 
@@ -135,9 +135,10 @@ def main(argv=None) -> int:
         line = f"vllm-{md.version('vllm')}"
         for gpu in args.gpus.split(","):
             res = run_vllm(gpu, args.seed, args.n, search=args.search, before=args.before, inject=args.inject,
-                           space=args.space)
+                           space="wide" if args.space == "wide" else "shapes")
             b, ls = report(res, line, rerun=lambda r, gpu=gpu: rerun_command(
-                "vllm", seed=args.seed, n=args.n, gpu=gpu, case=r.get("case"), search=args.search, space=args.space))
+                "vllm", seed=args.seed, n=args.n, gpu=gpu, case=r.get("case"), search=args.search,
+                space="wide" if args.space == "wide" else "shapes"))
             bad, lines = bad + b, lines + ls
             for r in res:
                 if not r.get("setup_error"):
