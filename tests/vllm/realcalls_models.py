@@ -144,9 +144,20 @@ def _building():
     saved = {k: cls.__dict__.get(k) for k in ("is_cpu", "current_device")}
     cls.is_cpu = lambda self: True
     cls.current_device = lambda self: torch.device("cpu")
+    # Stand-in for the GPU's speed at random weight init: vLLM's Transformers backend builds a
+    # throwaway model to find its classes (models/transformers/base.py 0.33.0:244-260) whose
+    # nn.Linear layers run kaiming_uniform_ on real CPU tensors: ~50 s per 7B model here, a few ms
+    # on a GPU. Weights never reach the attention planner, so the initializers leave them as allocated.
+    inits = [n for n in ("uniform_", "normal_", "trunc_normal_", "kaiming_uniform_", "kaiming_normal_",
+                         "xavier_uniform_", "xavier_normal_", "orthogonal_") if hasattr(torch.nn.init, n)]
+    saved_init = {n: getattr(torch.nn.init, n) for n in inits}
+    for n in inits:
+        setattr(torch.nn.init, n, lambda tensor, *a, **k: tensor)
     try:
         yield
     finally:
+        for n, f in saved_init.items():
+            setattr(torch.nn.init, n, f)
         for k, v in saved.items():
             if v is None:
                 delattr(cls, k)
