@@ -182,6 +182,9 @@ def main() -> None:
         server_in_process()
     from vllm.platforms import current_platform
 
+    import realcalls_scenarios as rs
+
+    rs.gpu_host_triton()  # the model runner a GPU host picks (Triton present)
     cls = type(current_platform)
     if not current_platform.device_type:
         cls.device_type = "cpu"

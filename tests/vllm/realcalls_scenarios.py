@@ -13,7 +13,10 @@ builder's ``get_cudagraph_support``), the real ``FlashInferMetadataBuilder`` (or
 groups sharing one buffer, the V2 model runner's ``init_attn_backend``), and vLLM's own
 ``CudagraphDispatcher`` for the capture list, replayed largest first as ``capture_model`` does:
 warm-up ``build()`` then ``build_for_cudagraph_capture()`` with the dummy batch
-``_dummy_run`` makes (uniform decode, ``seq_lens = max_query_len``). Then eager batches through
+``_dummy_run`` makes (uniform decode, ``seq_lens = max_query_len``); where a GPU host would run
+Model Runner V2 (the default on 0.32+, and on 0.23 for Llama/Mistral/Qwen3 without n-gram:
+``gpu_host_runner``), V2's own capture instead (``capture_v2``: its ``CudaGraphManager``
+descriptors and ``InputBatch.make_dummy`` batches). Each record names its ``runner``. Then eager batches through
 ``build()``: the batches guard_core names as the worst (long KV, short query), and a few more.
 
 Each process first runs its cases with vLLM alone (phase "baseline", no plugin loaded), then
@@ -104,6 +107,7 @@ class Case:
     chunked_prefill: bool = True
     cudagraph_mode: str | None = None
     spec_method: str = "ngram"
+    runner: str | None = None  # set by resolve_cudagraphs: the model runner a GPU host builds ("v1" | "v2")
 
 
 # GPU group -> (gpu key, trtllm cubins visible, cases)
@@ -364,15 +368,78 @@ def resolve_layout(vc, specs) -> None:
         resolve_kv_cache_layout(vc, [names], specs)
 
 
+def gpu_host_triton() -> None:
+    """A GPU host has Triton (vLLM's CUDA wheels depend on it); this CPU host may not. vLLM picks
+    its model runner with it (``VllmConfig.use_v2_model_runner``, config/vllm.py 0.23.0:527,
+    0.32.0:724, 0.33.0:752: V1 when ``HAS_TRITON`` is False), and ``VllmConfig.__post_init__``
+    reads the same property (0.32.0:2016-2020). The property reads ``HAS_TRITON`` from its module's
+    globals, so the harness answers it there, as a GPU host does; nothing else reads that name.
+    ``VLLM_USE_V2_MODEL_RUNNER`` stays whatever the caller's environment says (unset by default),
+    which vLLM's own property honours first."""
+    try:
+        import vllm.config.vllm as cv
+    except ImportError:
+        return
+    if hasattr(cv, "HAS_TRITON"):
+        cv.HAS_TRITON = True
+
+
+def gpu_host_runner(vc) -> str:
+    """"v2" or "v1": the model runner a GPU host's worker builds for ``vc`` (v1/worker/gpu_worker.py
+    picks by ``vllm_config.use_v2_model_runner``), asked with Triton present (``gpu_host_triton``)."""
+    import vllm.config.vllm as cv
+
+    had = getattr(cv, "HAS_TRITON", None)
+    if had is not None:
+        cv.HAS_TRITON = True
+    try:
+        return "v2" if bool(getattr(vc, "use_v2_model_runner", False)) else "v1"
+    finally:
+        if had is not None:
+            cv.HAS_TRITON = had
+
+
 def resolve_cudagraphs(case: Case, vc, specs):
+    """vLLM's CUDA-graph mode and capture sizes, resolved as the runner a GPU host would build
+    calls ``resolve_cudagraph_mode_and_sizes`` (records ``case.runner``):
+
+    - 0.20-0.2x (4th parameter ``tensor_parallel_size``): V1 positional with the TP size
+      (v1/worker/gpu_model_runner.py 0.23.0:6845-6853), V2 the same (v1/worker/gpu/model_runner.py
+      0.23.0:443-450);
+    - 0.32+ (4th parameter ``use_v2_model_runner``): V1 with ``use_v2_model_runner=False``
+      (gpu_model_runner.py 0.32.0:6851-6859, 0.33.0:6786-6794), V2 with True and
+      ``piecewise_capture_available`` (gpu/model_runner.py 0.32.0:727-744, 0.33.0:748-765: breakable
+      graphs on, or the model compiled, which ``CompilationMode.VLLM_COMPILE`` does on a GPU host).
+    Both take ``decode_query_len`` / ``uniform_decode_query_len`` = 1 + draft tokens, the
+    scheduler's ``max_num_seqs`` and no KV-cache config (it only checks Mamba blocks)."""
+    import inspect
+
     from vllm.v1.attention.backends.flashinfer import FlashInferMetadataBuilder
 
     supports = [FlashInferMetadataBuilder.get_cudagraph_support(vc, spec) for spec in specs]
     least = min(supports, key=lambda s: s.value)
     cc = vc.compilation_config
+    case.runner = gpu_host_runner(vc)
+    q = 1 + case.draft
     if hasattr(cc, "resolve_cudagraph_mode_and_sizes"):  # vLLM 0.20+
-        mode = cc.resolve_cudagraph_mode_and_sizes(
-            least, "FlashInferBackend", 1 + case.draft, case.tp, None, case.max_num_seqs)
+        params = inspect.signature(cc.resolve_cudagraph_mode_and_sizes).parameters
+        if "use_v2_model_runner" in params:
+            kw = dict(use_v2_model_runner=case.runner == "v2", kv_cache_config=None,
+                      max_num_reqs=case.max_num_seqs, is_profiling=False)
+            if case.runner == "v2" and "piecewise_capture_available" in params:
+                import vllm.envs as envs
+                from vllm.config import CompilationMode
+
+                kw["piecewise_capture_available"] = bool(
+                    getattr(envs, "VLLM_USE_BREAKABLE_CUDAGRAPH", False) or cc.mode == CompilationMode.VLLM_COMPILE)
+            mode = cc.resolve_cudagraph_mode_and_sizes(least, "FlashInferBackend", q, **kw)
+        elif case.runner == "v2":
+            mode = cc.resolve_cudagraph_mode_and_sizes(
+                least, "FlashInferBackend", q, vc.parallel_config.tensor_parallel_size, None, case.max_num_seqs)
+        else:
+            mode = cc.resolve_cudagraph_mode_and_sizes(
+                least, "FlashInferBackend", q, vc.parallel_config.tensor_parallel_size, None, case.max_num_seqs,
+                is_profiling=False)
         return mode, least
     # vLLM 0.19: the model runner resolves it itself; run its own method on a runner
     # that holds only what that method reads (no drafter: the spec draft is not EAGLE)
@@ -507,7 +574,10 @@ def prediction(builder, module) -> dict:
 
 def capture(case: Case, vc, mode, builders, rec, log) -> None:
     """vLLM's capture_model order: the dispatcher's FULL descriptors, largest first; per
-    descriptor the warm-up runs (build) and the capture run (build_for_cudagraph_capture)."""
+    descriptor the warm-up runs (build) and the capture run (build_for_cudagraph_capture).
+    Model Runner V2 (``case.runner == "v2"``) captures its own way: ``capture_v2``."""
+    if case.runner == "v2":
+        return capture_v2(case, vc, mode, builders, rec, log)
     from vllm.config import CUDAGraphMode
     from vllm.v1.cudagraph_dispatcher import CudagraphDispatcher
 
@@ -528,6 +598,114 @@ def capture(case: Case, vc, mode, builders, rec, log) -> None:
                 rec.tag = f"capture:{desc.num_tokens}:b{bi}"
                 b.build_for_cudagraph_capture(cm)
             log.append(desc.num_tokens)
+
+
+def v2_graph_manager(vc, mode, decode_query_len: int):
+    """Model Runner V2's own ``CudaGraphManager`` for ``mode`` (v1/worker/gpu/cudagraph_utils.py),
+    built as the runner builds its ``ModelCudaGraphManager`` (gpu/model_runner.py 0.23.0:451-456,
+    0.32.0:745-753, 0.33.0:766-774: no LoRA, no adaptive verification so no varlen decode, no
+    micro-batching); its real ``_init_candidates`` makes the capture descriptors. Faked, for the CPU:
+    the pipeline-parallel group (one process, first and last rank) and the CUDA-graph memory pool."""
+    import types
+
+    import vllm.v1.worker.gpu.cudagraph_utils as cu
+
+    saved = cu.get_pp_group, cu.current_platform
+    cu.get_pp_group = lambda: types.SimpleNamespace(is_first_rank=True, is_last_rank=True)
+
+    class _Platform:  # the scenario's platform, without a CUDA graph pool
+        def __getattr__(self, name):
+            return getattr(saved[1], name)
+
+        def get_global_graph_pool(self):
+            return None
+
+    cu.current_platform = _Platform()
+    try:
+        return cu.CudaGraphManager(vc, None, mode, decode_query_len)
+    finally:
+        cu.get_pp_group, cu.current_platform = saved
+
+
+def v2_capture_batches(vc, mode, decode_query_len: int, max_model_len: int) -> list[dict]:
+    """What Model Runner V2 hands each attention builder while it captures, in order
+    (``CudaGraphManager.capture``, 0.23.0:216-285, 0.33.0:424-515): PIECEWISE descriptors, then
+    FULL, each largest first; per descriptor ``create_forward_fn(desc, warmup=True)`` and, for FULL
+    (and breakable PIECEWISE graphs on 0.32+), ``create_forward_fn(desc, warmup=False)`` again. Each
+    call prepares inputs (``ModelCudaGraphManager.capture.create_forward_fn`` 0.23.0:366-402,
+    0.33.0:672-788): ``num_reqs = desc.num_reqs or min(num_tokens, max_num_reqs)``, then
+    ``prepare_inputs_to_capture`` (0.23.0:479-519: attention skipped for PIECEWISE; 0.32+:
+    ``full_cudagraph = cg_mode is FULL``, ``max_query_len = desc.max_query_len or
+    desc.uniform_token_count``, a FULL graph without one takes ``num_tokens``, 0.33.0:827-840), which
+    makes V2's own dummy batch (``InputBatch.make_dummy``, called here, on CPU buffers) and builds
+    metadata through ``model_state.prepare_attn(..., CUDAGraphMode.NONE, ..., for_capture=full)``
+    (model_states/default.py 0.23.0:156-195, 0.33.0:167-240: unpadded counts, ``max_query_len`` the
+    batch's promise or its largest query, ``max_seq_len = max_model_len`` when for capture, else the
+    largest seq len; ``build_for_cudagraph_capture`` when for capture, else ``build``; attn_utils.py
+    0.33.0:550-575). tests/vllm/test_capture_replica.py holds the AST of each cited function."""
+    import inspect
+
+    import torch
+    from vllm.config import CUDAGraphMode
+    from vllm.v1.worker.gpu import cudagraph_utils as cu
+    from vllm.v1.worker.gpu.input_batch import InputBatch, InputBuffers
+
+    mgr = v2_graph_manager(vc, mode, decode_query_len)
+    skip_attn_style = "skip_attn" in inspect.signature(cu.prepare_inputs_to_capture).parameters  # 0.23
+    breakable = bool(getattr(mgr, "use_breakable_cg", False))
+    descs = mgr._capture_descs
+    max_tokens = max([vc.scheduler_config.max_num_batched_tokens]
+                     + [d.num_tokens for ds in descs.values() for d in ds])
+    bufs = InputBuffers(mgr.max_num_reqs, max_tokens, torch.device("cpu"))
+    out = []
+    for cg in (CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL):
+        for desc in descs.get(cg, []):
+            full = desc.cg_mode == CUDAGraphMode.FULL
+            passes = 2 if (full or (breakable and not skip_attn_style)) else 1
+            if skip_attn_style and not full:
+                continue  # 0.23: PIECEWISE capture builds no attention metadata
+            num_tokens = desc.num_tokens
+            num_reqs = desc.num_reqs or min(num_tokens, mgr.max_num_reqs)
+            if skip_attn_style:
+                batch = InputBatch.make_dummy(num_reqs, num_tokens, bufs)
+                promised = None
+            else:
+                promised = getattr(desc, "max_query_len", None) or desc.uniform_token_count
+                if full and promised is None:
+                    promised = num_tokens
+                batch = InputBatch.make_dummy(num_reqs, num_tokens, bufs, max_query_len=promised)
+            qlens = [int(x) for x in batch.num_scheduled_tokens[:num_reqs]]
+            seqs = [int(x) for x in batch.seq_lens[:num_reqs]]
+            max_q = getattr(batch, "max_query_len", None) or max(qlens)
+            out.append({"num_tokens": num_tokens, "num_reqs": num_reqs, "cg_mode": cg.name, "passes": passes,
+                        "for_capture": full, "qlens": qlens, "seqs": seqs, "max_query_len": int(max_q),
+                        "max_seq_len": max_model_len if full else max(seqs),
+                        "uniform": desc.uniform_token_count})
+    return out
+
+
+def capture_v2(case: Case, vc, mode, builders, rec, log) -> None:
+    """Model Runner V2's capture (``v2_capture_batches``) through the real builders."""
+    import torch
+
+    for cap in v2_capture_batches(vc, mode, 1 + case.draft, case.max_model_len):
+        for p in range(cap["passes"]):
+            for bi, b in enumerate(builders):
+                cm = common_metadata(cap["qlens"], cap["seqs"], b.page_size, case.max_model_len)
+                fields = {f.name for f in dataclasses.fields(cm)}
+                kw = {"max_query_len": cap["max_query_len"], "max_seq_len": cap["max_seq_len"]}
+                if "seq_lens_cpu_upper_bound" in fields:  # V2 hands the dummy's seq lens (default.py)
+                    kw["seq_lens_cpu_upper_bound"] = torch.tensor(cap["seqs"], dtype=torch.int32)
+                if "is_prefilling" in fields:  # make_dummy: no request prefilling
+                    kw["is_prefilling"] = torch.zeros(len(cap["qlens"]), dtype=torch.bool)
+                cm = dataclasses.replace(cm, **kw)
+                stage = "capture" if (p == cap["passes"] - 1 and cap["for_capture"]) else "capture_warmup"
+                rec.tag = f"{stage}:{cap['num_tokens']}:b{bi}"
+                if cap["for_capture"]:
+                    b.build_for_cudagraph_capture(cm)
+                else:
+                    b.build(common_prefix_len=0, common_attn_metadata=cm)
+        log.append(cap["num_tokens"])
 
 
 def dummy_run_batch(num_tokens: int, uniform: bool, q: int, max_num_seqs: int, desc_reqs: int | None):
@@ -801,6 +979,7 @@ def run_case(case: Case, rec, module, args) -> dict:
             case.model = dict(heads=b0.num_qo_heads * case.tp, kv_heads=b0.num_kv_heads * case.tp,
                               head_dim=b0.head_dim)
         out["cudagraph_mode"] = str(mode)
+        out["runner"] = case.runner
         out["cg_support"] = str(support)
         out["capture_sizes"] = list(vc.compilation_config.cudagraph_capture_sizes or [])
         out["max_capture"] = vc.compilation_config.max_cudagraph_capture_size
@@ -951,6 +1130,7 @@ def main(argv=None) -> None:
 
     rec = standin.install(name, sms, cc)
     gpu_platform(name, cc)
+    gpu_host_triton()
     import vllm.plugins
     import vllm.v1.attention.backends.flashinfer as module
 
