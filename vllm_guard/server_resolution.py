@@ -254,7 +254,9 @@ def _resolved(vc) -> dict:
             "page_size": int(vc.cache_config.block_size or 0) or None,
             "kv_cache_dtype": str(vc.cache_config.cache_dtype),
             "max_capture": getattr(cc, "max_cudagraph_capture_size", None),
-            "architecture": (vc.model_config.architectures or ["?"])[0]}
+            "architecture": (vc.model_config.architectures or ["?"])[0],
+            # the model runner the worker builds (v1/worker/gpu_worker.py picks by this property)
+            "runner": "v2" if bool(getattr(vc, "use_v2_model_runner", False)) else "v1"}
 
 
 def main() -> int:

@@ -19,6 +19,15 @@ GPU table here; nothing else of vLLM is changed. Each answer names the vLLM code
 - FlashInfer's SM count (``get_device_sm_count``, imported into v1/attention/backends/flashinfer.py
   0.33.0:24) and the multi-CTA counter buffer (``_get_multi_ctas_kv_counter_buffer``, 0.33.0:161)
   on the CPU;
+- Triton present (``HAS_TRITON`` as ``vllm.config.vllm`` imported it): vLLM's CUDA wheels install
+  Triton and a GPU host has a driver for it, but a host without a GPU reports it missing
+  (vllm/triton_utils/importing.py: "0 active driver(s) found ... Disabling Triton"), and
+  ``VllmConfig.use_v2_model_runner`` then picks Model Runner V1 (config/vllm.py 0.23.0:527,
+  0.32.0:724; 0.33.0:752 exempts only the unspecified platform). A GPU server picks V2 by default
+  on 0.32+ (0.23: Llama, Mistral and Qwen3 dense models), and the runner changes how vLLM sizes
+  its CUDA graphs under speculation (``resolve_cudagraph_mode_and_sizes(use_v2_model_runner=...)``:
+  V1 alone rounds the capture sizes to multiples of 1 + draft tokens, config/compilation.py
+  0.33.0:1495-1504). Only that module's name is answered; no Triton kernel runs;
 - ``has_nvidia_artifactory`` (vllm/utils/flashinfer.py 0.23.0:323, 0.33.0:647: an HTTP request to
   NVIDIA's artifactory when the cubins are not installed): answered from ``trtllm`` (plan's
   ``--trtllm-attention``), never from the network.
@@ -49,6 +58,12 @@ def simulate(gpu_key: str, trtllm: bool | None) -> None:
     cls.get_device_total_memory = classmethod(lambda c, device_id=0: spec.memory[0])
     cls.support_static_graph_mode = classmethod(lambda c: True)
     no_pinned_memory()
+    try:
+        import vllm.config.vllm as vcfg
+    except ImportError:  # older layouts: no runner choice there
+        vcfg = None
+    if vcfg is not None and hasattr(vcfg, "HAS_TRITON"):
+        vcfg.HAS_TRITON = True
     import vllm.utils.flashinfer as vfi
 
     vfi.has_nvidia_artifactory = lambda: bool(trtllm)

@@ -94,15 +94,21 @@ def test_server_resolution_falls_through_on_a_broken_vllm(tmp_path):
     assert r["verdict"] == "ok" and r["need"]["float_bytes"] > 0
 
 
-def _resolve(requests: list) -> list:
-    """vllm_guard.server_resolution's answers, one process for all requests (as plan runs it)."""
+def _resolve(requests: list, cuda_visible_devices: str = "") -> list:
+    """vllm_guard.server_resolution's answers, one process for all requests (as plan runs it:
+    ``CUDA_VISIBLE_DEVICES=""``, unless the test says otherwise)."""
     p = subprocess.run([sys.executable, "-m", "vllm_guard.server_resolution"], input=json.dumps(requests),
-                       capture_output=True, text=True, env=_env(FLASHINFER_GUARD="0", CUDA_VISIBLE_DEVICES=""),
+                       capture_output=True, text=True,
+                       env=_env(FLASHINFER_GUARD="0", CUDA_VISIBLE_DEVICES=cuda_visible_devices),
                        cwd=str(REPO), timeout=900)
     out = [json.loads(x[len("FLASHINFER_GUARD_RESOLVED "):]) for x in p.stdout.splitlines()
            if x.startswith("FLASHINFER_GUARD_RESOLVED ")]
     assert p.returncode == 0 and len(out) == len(requests), p.stderr[-3000:]
     return out
+
+
+def a_runner(answer: dict) -> str | None:
+    return (answer.get("resolved") or {}).get("runner")
 
 
 def test_server_resolution_gpt_oss_ceiling_and_refusals(tmp_path):
@@ -120,7 +126,18 @@ def test_server_resolution_gpt_oss_ceiling_and_refusals(tmp_path):
     (q8 / "config.json").write_text(json.dumps(cfg))
     ans = _resolve([{"tokens": ["--max-num-seqs", "1024"], "model": str(oss), "gpu": "h200", "trtllm": None},
                     {"tokens": ["--max-model-len", str(4 * cfg["max_position_embeddings"])], "model": str(q8),
-                     "gpu": "h200", "trtllm": None}])
+                     "gpu": "h200", "trtllm": None},
+                    {"tokens": [], "model": str(q8), "gpu": "h200", "trtllm": None}],
+                   # a process where this host's vLLM disables Triton (a GPU hidden by a non-empty
+                   # CUDA_VISIBLE_DEVICES, no driver: vllm/triton_utils/importing.py), as in the parity
+                   # probe's in-process resolution; plan's own subprocess sets "" (vLLM's lenient check)
+                   cuda_visible_devices="-1")
+    # the model runner is the one a GPU server builds (Triton present there; this host lacks it here):
+    # VllmConfig.use_v2_model_runner, config/vllm.py 0.23.0:519-542 (V2 only for the default
+    # architectures, LlamaForCausalLM / MistralForCausalLM / Qwen3ForCausalLM, dense, not quantized:
+    # :69-75, :544-558), 0.32.0:703-738 and 0.33.0:731-766 (V2 unless a feature is unsupported)
+    assert a_runner(ans[0]) == ("v1" if VLLM == "0.23.0" else "v2"), ans[0]["resolved"]  # GptOssForCausalLM
+    assert a_runner(ans[2]) == "v2", ans[2]  # Qwen3ForCausalLM
     a = ans[0]
     assert a["ok"] is False and a["resolved"]["max_capture"] == 1024, a
     assert a["resolved"]["cudagraph_capture_sizes"][-1] == 1024 and a["resolved"]["max_num_seqs"] == 1024
