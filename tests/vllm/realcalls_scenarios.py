@@ -699,13 +699,15 @@ def capture_v2(case: Case, vc, mode, builders, rec, log) -> None:
                 if "is_prefilling" in fields:  # make_dummy: no request prefilling
                     kw["is_prefilling"] = torch.zeros(len(cap["qlens"]), dtype=torch.bool)
                 cm = dataclasses.replace(cm, **kw)
-                stage = "capture" if (p == cap["passes"] - 1 and cap["for_capture"]) else "capture_warmup"
-                rec.tag = f"{stage}:{cap['num_tokens']}:b{bi}"
                 if cap["for_capture"]:
+                    stage = "capture" if p == cap["passes"] - 1 else "capture_warmup"
+                    rec.tag = f"{stage}:{cap['num_tokens']}:b{bi}"
                     b.build_for_cudagraph_capture(cm)
-                else:
+                else:  # a PIECEWISE graph's capture runs attention eagerly: build()
+                    rec.tag = f"capture_piecewise:{cap['num_tokens']}:b{bi}"
                     b.build(common_prefix_len=0, common_attn_metadata=cm)
-        log.append(cap["num_tokens"])
+        if cap["for_capture"]:  # the FULL graphs captured, as V1's log
+            log.append(cap["num_tokens"])
 
 
 def dummy_run_batch(num_tokens: int, uniform: bool, q: int, max_num_seqs: int, desc_reqs: int | None):
