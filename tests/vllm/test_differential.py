@@ -56,7 +56,12 @@ def test_differential_generated_deployments(gpu):
     calls = sum(len(r.get("calls") or []) for r in results)
     rows = [dict(s, case=r["case"]) for r in results for s in search_stats(r)]
     skipped = [s["model"] for r in results for s in r.get("skipped_models") or []]
+    # every deployment with a FlashInfer builder names the model runner a GPU host builds for it
+    # (realcalls_scenarios.gpu_host_runner), whose capture it replayed
+    runners = [r.get("runner") for r in results if r.get("builders")]
+    assert all(x in ("v1", "v2") for x in runners), runners
     print(f"\n{LINE} {gpu}: {len(results)} deployments ({', '.join(str(r.get('source')) for r in results)}), "
+          f"{runners.count('v2')} on Model Runner V2, "
           f"{calls} planning calls, {bad} with findings; " + summarize(rows)
           + (f"; drawn models vLLM cannot build on the CPU, redrawn: {skipped}" if skipped else ""))
     # an MLA model plans nothing in the guarded buffer: vLLM refuses FlashInfer for it, and its
