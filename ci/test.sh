@@ -28,10 +28,9 @@ t0=$(date +%s)
 echo "=== reports (JUnit XML, scenario logs): $FLASHINFER_GUARD_REPORTS"
 echo "=== environments: $FG_ENVS (free disk: $(fg_free_gb "$FG_ENVS") GB)"
 
-run_suite() {  # suite -> its exit status; its output lines prefixed with its name
-  local suite=$1 s0 rc
-  s0=$(date +%s)
+for suite in $suites; do
   echo "=== suite: $suite ($(date -u +%H:%M:%S))"
+  s0=$(date +%s)
   case "$suite" in
     core) bash ci/core/run_tests.sh ;;
     vllm) bash ci/vllm/run_tests.sh ;;
@@ -40,28 +39,8 @@ run_suite() {  # suite -> its exit status; its output lines prefixed with its na
   esac
   rc=$?
   echo "=== suite $suite: exit $rc in $(( $(date +%s) - s0 )) s"
-  return $rc
-}
-
-# The suites run side by side (FLASHINFER_GUARD_SERIAL_SUITES=1: one after another). Each one alone
-# leaves a core idle much of the time (the vLLM lines' tests run in one pytest process beside their
-# scenario pool; imports and forks wait on the disk): measured 2026-12-02 on 2 cores, serially
-# 1,332 s, side by side see README. Each suite's lines carry its name; the totals come from the
-# JUnit reports as before.
-if [ "${FLASHINFER_GUARD_SERIAL_SUITES:-0}" = 1 ]; then
-  for suite in $suites; do
-    run_suite "$suite" || status=1
-  done
-else
-  pids=()
-  for suite in $suites; do
-    ( run_suite "$suite" 2>&1 | sed -u "s/^/[$suite] /"; exit "${PIPESTATUS[0]}" ) &
-    pids+=($!)
-  done
-  for pid in "${pids[@]}"; do
-    wait "$pid" || status=1
-  done
-fi
+  [ $rc -eq 0 ] || status=1
+done
 
 echo "=== reports: $FLASHINFER_GUARD_REPORTS"
 python3 "$FG_REPO/ci/summarize.py" "$FLASHINFER_GUARD_REPORTS" || status=1
