@@ -73,8 +73,9 @@ for v in "${lines[@]}"; do
     esac
   fi
   echo "--- SGLang $v selection: ${select[*]}"
-  # each scenario is its own process, forked from one warm interpreter per pytest worker: one worker per core
-  (cd "$repo" && "$py" -m pytest -q -rf -p no:cacheprovider -n "${FLASHINFER_GUARD_SCENARIO_JOBS:-2}" "${select[@]}" \
+  # each scenario is its own process, forked from one warm interpreter per pytest worker: three workers
+  # on the 2 cores (with two, 17 % of the cores stayed idle while a line ran, measured 2026-12-02)
+  (cd "$repo" && "$py" -m pytest -q -rf -p no:cacheprovider -n "${FLASHINFER_GUARD_SCENARIO_JOBS:-3}" "${select[@]}" \
     --junitxml="$reports/sglang-$v.xml" -o junit_suite_name="sglang-$v") || status=1
   echo "--- SGLang $v tests took $(( $(date +%s) - start ))s"
   if [ "${FLASHINFER_GUARD_KEEP_ENVS:-0}" != "1" ] && [ "$(free_gb "$envs")" -lt 40 ]; then

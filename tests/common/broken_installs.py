@@ -46,9 +46,18 @@ def modules() -> list[str]:
 
 
 def _copy_tree(dest: str) -> None:
+    # hard links where the file system allows (every install is the same ~100 files but one):
+    # the broken file is always replaced, never written through the link (_break)
     for pkg in PACKAGES:
         shutil.copytree(os.path.join(REPO, pkg), os.path.join(dest, pkg),
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), copy_function=_link_or_copy)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
 
 
 def _break(path: str, variant: str) -> None:
@@ -67,15 +76,20 @@ def _break(path: str, variant: str) -> None:
         new = text[:text.rfind("\n", 0, len(text) // 2) + 1]
     else:
         new = UNRELATED_MODULE
+    os.remove(path)  # a hard link to the checkout's file: replace it, never write through it
     with open(path, "w", encoding="utf-8") as f:
         f.write(new)
 
 
-def generate(root: str) -> list[dict]:
-    """Write every broken install under ``root``; returns [{'label', 'path'}]."""
+def generate(root: str, loaded: set[str] | None = None) -> list[dict]:
+    """Write every broken install under ``root``; returns [{'label', 'path'}]. ``loaded``: the
+    modules (paths relative to the repository) the framework's loader imports from an intact
+    install; a module outside it is only removed (its other variants cannot be seen by a loader
+    that never imports it: removing it checks that nothing looks for it either). None: every
+    variant of every module."""
     installs = []
     for i, rel in enumerate(modules()):
-        for variant in VARIANTS:
+        for variant in (VARIANTS if loaded is None or rel in loaded else ("removed",)):
             dest = os.path.join(root, f"m{i:03d}-{variant}")
             _copy_tree(dest)
             _break(os.path.join(dest, rel), variant)
@@ -91,25 +105,29 @@ def generate(root: str) -> list[dict]:
     return installs
 
 
-def run_in_subprocess(framework: str, tmp_dir: str, python: str | None = None) -> list[dict]:
-    """Generate every broken install under ``tmp_dir`` and run them through the framework's
-    loader in one fresh interpreter of this environment; the runner's results."""
+def run_in_subprocess(framework: str, tmp_dir: str, python: str | None = None) -> tuple[list[dict], list[str]]:
+    """Run every broken install through the framework's loader in one fresh interpreter of this
+    environment: first an intact install (what the loader imports from it decides the variants,
+    ``generate``), then the broken ones. Returns (results, the intact run's imported modules);
+    the intact run is the first result."""
     import subprocess
 
-    installs = generate(os.path.join(tmp_dir, "installs"))
-    src, dst = os.path.join(tmp_dir, "installs.json"), os.path.join(tmp_dir, "results.json")
-    with open(src, "w", encoding="utf-8") as f:
-        json.dump(installs, f)
+    dst = os.path.join(tmp_dir, "results.json")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FLASHINFER_GUARD", "VLLM_PLUGINS", "SGLANG_PLUGINS"))}
     env["PYTHONPATH"] = REPO
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # the generated copies must not leave stale bytecode
-    proc = subprocess.run([python or sys.executable, "-m", "tests.common.broken_installs", framework, src, dst],
+    proc = subprocess.run([python or sys.executable, "-m", "tests.common.broken_installs", framework, tmp_dir, dst],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-3000:]}"
     with open(dst, encoding="utf-8") as f:
-        results = json.load(f)
-    assert len(results) == len(installs)
-    return results
+        out = json.load(f)
+    return out["results"], out["loaded"]
+
+
+def expected_installs(loaded: list[str]) -> int:
+    """How many installs ``generate`` writes for that imported set (plus the intact one)."""
+    n = sum(len(VARIANTS) if rel in loaded else 1 for rel in modules())
+    return 1 + n + len(PACKAGES)
 
 
 def problems(results: list[dict], loader_failed: str, register_raised: str | None = None) -> list[str]:
@@ -212,7 +230,8 @@ def _pth_line() -> str:
         return f.read()
 
 
-def run(framework: str, installs: list[dict]) -> list[dict]:
+def run(framework: str, installs: list[dict]) -> tuple[list[dict], list[str]]:
+    """Each install through the loader; the modules of ours the first one's load imported."""
     load, reset, loggers = _loader(framework)
     handler = _Records()
     for name in loggers:
@@ -224,7 +243,7 @@ def run(framework: str, installs: list[dict]) -> list[dict]:
                  or os.path.basename(p.rstrip(os.sep)) in ("site-packages", "dist-packages")]
     meta_path, path_hooks = list(sys.meta_path), list(sys.path_hooks)
     pth = _pth_line()
-    results = []
+    results, first_loaded = [], []
     for inst in installs:
         _forget(meta_path, path_hooks, [inst["path"]] + base_path)
         reset()
@@ -237,19 +256,28 @@ def run(framework: str, installs: list[dict]) -> list[dict]:
             escaped = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         plugin = sys.modules.get(f"{framework}_guard.plugin")
         registered = getattr(plugin, "_registered", None)
+        imported = sorted({os.path.relpath(m.__file__, inst["path"]) for n, m in list(sys.modules.items())
+                           if _ours(n) and getattr(m, "__file__", None)
+                           and os.path.abspath(m.__file__).startswith(os.path.abspath(inst["path"]) + os.sep)})
+        if not results:
+            first_loaded = imported
         results.append({"label": inst["label"], "escaped": escaped, "registered": registered,
-                        "records": handler.lines})
+                        "records": handler.lines, "imported": imported})
     _forget(meta_path, path_hooks, base_path)
-    return results
+    return results, first_loaded
 
 
 def main(argv: list[str]) -> int:
-    framework, src, dst = argv
-    with open(src, encoding="utf-8") as f:
-        installs = json.load(f)
-    results = run(framework, installs)
+    """framework, a working directory, the results file: an intact install first, then the
+    broken installs its imports call for (``generate``)."""
+    framework, tmp_dir, dst = argv
+    intact = os.path.join(tmp_dir, "intact")
+    _copy_tree(intact)
+    _, loaded = run(framework, [{"label": "intact install", "path": intact}])
+    installs = [{"label": "intact install", "path": intact}] + generate(os.path.join(tmp_dir, "installs"), set(loaded))
+    results, loaded_again = run(framework, installs)
     with open(dst, "w", encoding="utf-8") as f:
-        json.dump(results, f)
+        json.dump({"results": results, "loaded": loaded_again}, f)
     return 0
 
 

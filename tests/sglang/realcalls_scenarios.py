@@ -956,7 +956,15 @@ def run(opts):
                      max_position_embeddings=int(opts.get("context", 8192)))
     else:
         model = MODELS[opts.get("model", "qwen3vl")]
-    sa = _server_args(_cpu.write_model(tmp, "model", model), opts)
+    try:
+        sa = _server_args(_cpu.write_model(tmp, "model", model), opts)
+    except ValueError as exc:
+        if not opts.get("resolve"):
+            raise
+        # SGLang's own resolution refuses the launch (e.g. 0.5.23 speculative_hook.py _handle_ngram:
+        # "ngram speculative decoding does not support dp attention"): no server starts, nothing to
+        # compare; the generated draw is reported as refused, not as a finding
+        return {"refused": f"{type(exc).__name__}: {exc}".splitlines()[0][:300], "seconds": round(time.time() - t0, 1)}
     if opts.get("chunk"):  # after sc.gpu_resolved, which puts back the seed GPU's 16384
         sa.chunked_prefill_size = int(opts["chunk"])
     sc.setup_logging(sa)

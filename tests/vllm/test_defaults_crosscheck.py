@@ -233,10 +233,13 @@ def test_pinned_flashinfer_is_installed_one():
 
 
 def test_whole_plan_path_reads_command_and_matches():
+    """The launch command read by `plan` and its defaults (the model read by the built-in reader:
+    vLLM's own reading of configs has its tests, test_published_configs / test_model_groups)."""
     real = vllm_says("b300", {"max_num_seqs": 528})
     proc = subprocess.run(
         [sys.executable, "-m", "guard_core.commands.cli", "plan", "--json", "--gpu", "b300", "--framework-version", VLLM,
-         "--trtllm-attention", "off", "--resolution", "builtin", "--", "vllm", "serve", MODEL, "--max-num-seqs", "528", "--port", "8000"],
+         "--trtllm-attention", "off", "--resolution", "builtin", "--model-reader", "builtin",
+         "--", "vllm", "serve", MODEL, "--max-num-seqs", "528", "--port", "8000"],
         capture_output=True, text=True, env=_env(), cwd=str(REPO), timeout=300)
     assert proc.returncode == 0, proc.stderr
     d = json.loads(proc.stdout)

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
+
+from tests.common import forkserver
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -31,8 +32,8 @@ def test_plan_agrees_with_the_adapter_on_generated_deployments():
            if not k.startswith(("FLASHINFER_GUARD", "VLLM_FLASHINFER", "VLLM_PLUGINS"))}
     env.update(FLASHINFER_GUARD="0", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                PYTHONPATH=os.pathsep.join([str(REPO), str(HERE)]))
-    proc = subprocess.run([sys.executable, str(HERE / "parity_probe.py"), str(SEED), str(COUNT), str(N_SERVER)], capture_output=True,
-                          text=True, env=env, cwd=str(REPO), timeout=1200)
+    proc = forkserver.run([sys.executable, str(HERE / "parity_probe.py"), str(SEED), str(COUNT), str(N_SERVER)],
+                          capture_output=True, text=True, env=env, cwd=str(REPO), timeout=1200)
     rows = [json.loads(line[len("PARITY "):]) for line in proc.stdout.splitlines() if line.startswith("PARITY ")]
     assert proc.returncode == 0 and len(rows) == COUNT, proc.stderr[-4000:]
     bad = []

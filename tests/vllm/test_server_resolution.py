@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.common import forkserver
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 CORPUS = REPO / "tests" / "data" / "model_configs"
@@ -43,7 +45,7 @@ def _plan(*args, env=None) -> dict:
 def _adapter(deployment: dict) -> dict:
     """The adapter's decision inside real vLLM for the deployment (parity_probe: vLLM's own engine
     config and builder on the simulated GPU)."""
-    p = subprocess.run([sys.executable, str(HERE / "parity_probe.py"), "json", json.dumps([deployment])],
+    p = forkserver.run([sys.executable, str(HERE / "parity_probe.py"), "json", json.dumps([deployment])],
                        capture_output=True, text=True, env=_env(FLASHINFER_GUARD="0"), cwd=str(REPO), timeout=900)
     rows = [json.loads(x[len("PARITY "):]) for x in p.stdout.splitlines() if x.startswith("PARITY ")]
     assert p.returncode == 0 and len(rows) == 1, p.stderr[-3000:]
