@@ -33,7 +33,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _env(extra_path: str) -> dict:
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("FLASHINFER_GUARD", "VLLM_", "SGLANG_PLUGINS", "SGLANG_FLASHINFER"))
+           if (not k.startswith(("FLASHINFER_GUARD", "VLLM_", "SGLANG_PLUGINS", "SGLANG_FLASHINFER"))
+               or k == "VLLM_CACHE_ROOT")
            and k != "PYTHONDONTWRITEBYTECODE"}
     if os.environ.get("FLASHINFER_GUARD_CACHE"):  # where the planner library is cached
         env["FLASHINFER_GUARD_CACHE"] = os.environ["FLASHINFER_GUARD_CACHE"]

@@ -77,7 +77,8 @@ def _run_group(group: str) -> GroupRun:
     import time
 
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("FLASHINFER_GUARD", "VLLM_", "FG_TEST_")) and k != "PYTHONDONTWRITEBYTECODE"}
+           if not k.startswith(("FLASHINFER_GUARD", "VLLM_", "FG_TEST_")) and k != "PYTHONDONTWRITEBYTECODE"
+           or k == "VLLM_CACHE_ROOT"}
     for k in ("FLASHINFER_GUARD_CACHE",):
         if k in os.environ:
             env[k] = os.environ[k]
@@ -345,7 +346,8 @@ if not STANDS_DOWN:  # collected only on the line where FlashInfer is fixed (no 
 
 def _run_seed(*extra: str, env_extra: dict | None = None) -> GroupRun:
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("FLASHINFER_GUARD", "VLLM_", "FG_TEST_")) and k != "PYTHONDONTWRITEBYTECODE"}
+           if not k.startswith(("FLASHINFER_GUARD", "VLLM_", "FG_TEST_")) and k != "PYTHONDONTWRITEBYTECODE"
+           or k == "VLLM_CACHE_ROOT"}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1",
                PYTHONPATH=os.pathsep.join([str(REPO), str(HERE)]), **(env_extra or {}))
     proc = forkserver.run([sys.executable, str(SCRIPT), "l40s", "--cases", "seed", "--phases", "guard", *extra],

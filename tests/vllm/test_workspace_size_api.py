@@ -27,7 +27,7 @@ def _key(v):
 
 
 def test_workspace_size_equals_plan_and_mirror():
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLASHINFER_GUARD", "VLLM_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLASHINFER_GUARD", "VLLM_")) or k == "VLLM_CACHE_ROOT"}
     if os.environ.get("FLASHINFER_GUARD_CACHE"):
         env["FLASHINFER_GUARD_CACHE"] = os.environ["FLASHINFER_GUARD_CACHE"]
     env["PYTHONPATH"] = str(REPO)
