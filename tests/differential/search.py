@@ -17,8 +17,8 @@ Two stages, one evaluation budget:
 2. **An optimizer**: random restarts (batches of one to three groups of identical requests,
    log-uniform counts, query and KV lengths) plus the best grid batches as starting points, each
    climbed by first-improvement hill-climbing over the groups' request count, query length and
-   KV length (x2, /2, x1.1, /1.1, +-1, +-a page, +-128, to the limit, to the window), adding and
-   removing groups; equal scores are accepted now and then so plateaus can be crossed; each
+   KV length (x2, /2, x1.1, /1.1, +-1, +-a page, +-128, to the limit, to the window), adding,
+   removing and splitting groups (part of a group's requests at another KV length); equal scores are accepted now and then so plateaus can be crossed; each
    climb ends with coordinate ascent in small steps (1, 8, a page, 128). Every candidate is
    repaired into the server's limits first.
 
@@ -164,6 +164,15 @@ def _mutate(rng: random.Random, lim: Limits, batch: Batch) -> Batch | None:
                        rng.choice([lim.max_len, 128, 1024])])
     elif op < 0.14 and len(groups) > 1:
         groups.pop(rng.randrange(len(groups)))
+    elif op < 0.24 and len(groups) < 3 and any(g[0] > 1 for g in groups):
+        # split a group: some of its requests with another KV length (the planner's split search
+        # packs KV chunks per request, so a batch of unequal KV can plan more than any equal one)
+        g = rng.choice([g for g in groups if g[0] > 1])
+        k = rng.randint(1, g[0] - 1)
+        g[0] -= k
+        kv = rng.choice([g[2] // 2, g[2] // 3, g[2] - lim.page * rng.randint(1, 8), rng.randint(g[1], max(g[1], g[2])),
+                         min(lim.max_len, g[2] * 2)])
+        groups.append([k, g[1], max(1, kv)])
     else:
         g = groups[rng.randrange(len(groups))]
         dim = rng.randrange(3)
