@@ -69,6 +69,7 @@ for line in "${lines[@]}"; do
     FLASHINFER_GUARD_DIFF_N="${FLASHINFER_GUARD_MATRIX_DIFF_N:-4}" \
       FLASHINFER_GUARD_DIFF_SEARCH="${FLASHINFER_GUARD_MATRIX_DIFF_SEARCH:-800}" \
       FLASHINFER_GUARD_PARITY_N="${FLASHINFER_GUARD_MATRIX_PARITY_N:-128}" \
+      FLASHINFER_GUARD_PARITY_SERVER="${FLASHINFER_GUARD_MATRIX_PARITY_SERVER:-8}" \
       "$py" -m pytest -q -p no:cacheprovider -n 2 tests/sglang --junitxml="$out/$line.xml" -o junit_suite_name="$line" \
       > "$out/$line.pytest.log" 2>&1 || status=1
   fi
