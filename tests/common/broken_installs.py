@@ -124,6 +124,29 @@ def run_in_subprocess(framework: str, tmp_dir: str, python: str | None = None) -
     return out["results"], out["loaded"]
 
 
+def reduction_problems(framework: str, results: list[dict], loaded: list[str]) -> list[str]:
+    """What would make ``generate``'s reduction unsound or the run incomplete: the intact install
+    must load the guard with nothing escaping, its imports must include the entry point and the
+    lifecycle, the count must be ``expected_installs``; one module broken at a time, a module the
+    intact load never imports cannot be reached by its own broken install (the load takes the
+    intact path up to the first broken import), so only its removal runs, and the guard must load
+    as from the intact install there."""
+    out = []
+    intact = results[0] if results else {}
+    if intact.get("label") != "intact install" or intact.get("registered") is not True or intact.get("escaped"):
+        out.append(f"intact install: {intact}")
+    for need in (f"{framework}_guard/plugin.py", "guard_core/runtime/lifecycle.py"):
+        if need not in loaded:
+            out.append(f"the intact load did not import {need}: {loaded}")
+    if len(results) != expected_installs(loaded):
+        out.append(f"{len(results)} installs run, {expected_installs(loaded)} expected")
+    for r in results:
+        rel = r["label"].rsplit(" ", 1)[0]
+        if rel.endswith(".py") and rel not in loaded and (r["registered"] is not True or rel in r["imported"]):
+            out.append(f"{r['label']}: a module the intact load never imports changed the load: {r}")
+    return out
+
+
 def expected_installs(loaded: list[str]) -> int:
     """How many installs ``generate`` writes for that imported set (plus the intact one)."""
     n = sum(len(VARIANTS) if rel in loaded else 1 for rel in modules())
