@@ -164,7 +164,7 @@ def _mutate(rng: random.Random, lim: Limits, batch: Batch) -> Batch | None:
                        rng.choice([lim.max_len, 128, 1024])])
     elif op < 0.14 and len(groups) > 1:
         groups.pop(rng.randrange(len(groups)))
-    elif op < 0.19 and len(groups) < 3 and any(g[0] > 1 for g in groups):
+    elif op < 0.18 and len(groups) < 3 and any(g[0] > 1 for g in groups):
         # split a group: some of its requests with another KV length (the planner's split search
         # packs KV chunks per request, so a batch of unequal KV can plan more than any equal one)
         g = rng.choice([g for g in groups if g[0] > 1])
