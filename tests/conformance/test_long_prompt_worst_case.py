@@ -19,7 +19,7 @@ from __future__ import annotations
 import pytest
 
 from . import oracle
-from .test_window_worst_case import Space, _scores, guard_eager_prefill
+from .test_window_worst_case import Space, assert_guard_covers
 
 # (id, FlashInfer release, GPU, (q, kv heads, head dim) per rank, page size, window (0: none),
 #  max seqs, max batched tokens, max_model_len)
@@ -51,13 +51,6 @@ def test_long_prompts_covered(shape):
     space = Space(shape)
     oracle.build_many([space.version])
     batches = [b for b in _grid(space) if space.valid(b)]
-    scores = _scores(space, batches)
-    real, i = max(zip(scores, range(len(batches))))
-    s = guard_eager_prefill(space)
-    print(f"\n{space.id}: independent worst {real} B ({len(batches[i])} x q {batches[i][0][0]}, kv {batches[i][0][1]}); "
+    real, worst, s = assert_guard_covers(space, batches)
+    print(f"\n{space.id}: independent worst {real} B ({len(worst)} x q {worst[0][0]}, kv {worst[0][1]}); "
           f"guard {s.float_bytes} B ({s.batch} x {s.q_len})")
-    assert s.float_bytes >= real, (space.id, s.float_bytes, real, batches[i][:2])
-    batch = [(q, min(space.max_len, p * space.page)) for q, p, c in s.witness for _ in range(c)]
-    assert space.valid(batch), (space.id, s.witness)
-    (got,) = _scores(space, [batch])
-    assert got == s.float_bytes, (space.id, s.witness, got, s.float_bytes)

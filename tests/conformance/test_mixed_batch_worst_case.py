@@ -21,7 +21,7 @@ from __future__ import annotations
 import pytest
 
 from . import oracle
-from .test_window_worst_case import Space, _scores, guard_eager_prefill
+from .test_window_worst_case import Space, assert_guard_covers
 
 # (id, FlashInfer release, GPU, (q, kv heads, head dim) per rank, page size, window (0: none),
 #  max seqs, max batched tokens, max_model_len)
@@ -60,14 +60,7 @@ def test_mixed_batches_covered(shape):
     space = Space(shape)
     oracle.build_many([space.version])
     batches = [b for b in _grid(space) if space.valid(b)]
-    scores = _scores(space, batches)
-    real, i = max(zip(scores, range(len(batches))))
-    s = guard_eager_prefill(space)
-    print(f"\n{space.id}: {len(batches)} batches, independent worst {real} B ({batches[i][0]} x "
-          f"{batches[i].count(batches[i][0])} + {len(batches[i]) - batches[i].count(batches[i][0])} more); "
+    real, worst, s = assert_guard_covers(space, batches)
+    print(f"\n{space.id}: {len(batches)} batches, independent worst {real} B ({worst[0]} x "
+          f"{worst.count(worst[0])} + {len(worst) - worst.count(worst[0])} more); "
           f"guard {s.float_bytes} B (witness {s.witness})")
-    assert s.float_bytes >= real, (space.id, s.float_bytes, real, batches[i])
-    batch = [(q, min(space.max_len, p * space.page)) for q, p, c in s.witness for _ in range(c)]
-    assert space.valid(batch), (space.id, s.witness)
-    (got,) = _scores(space, [batch])
-    assert got == s.float_bytes, (space.id, s.witness, got, s.float_bytes)

@@ -161,6 +161,21 @@ def guard_eager_prefill(space: Space):
     return next(s for s in req.scenarios if s.name == "eager_prefill")
 
 
+def assert_guard_covers(space: Space, batches):
+    """The guard's eager prefill need reaches the largest plan FlashInfer's compiled planner makes
+    for ``batches`` (found without guard_core), and its witness, replayed through that planner,
+    needs exactly the guard's figure. Returns (largest real plan, its batch, the guard's scenario)."""
+    scores = _scores(space, batches)
+    real, i = max(zip(scores, range(len(batches))))
+    s = guard_eager_prefill(space)
+    assert s.float_bytes >= real, (space.id, s.float_bytes, real, batches[i][:2])
+    batch = [(q, min(space.max_len, p * space.page)) for q, p, c in s.witness for _ in range(c)]
+    assert space.valid(batch), (space.id, s.witness)
+    (got,) = _scores(space, [batch])
+    assert got == s.float_bytes, (space.id, s.witness, got, s.float_bytes)
+    return real, batches[i], s
+
+
 _FOUND: dict = {}
 
 
