@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import pytest
 
-from . import oracle
 from .test_window_worst_case import Space, assert_guard_covers
 
 # (id, FlashInfer release, GPU, (q, kv heads, head dim) per rank, page size, window (0: none),
@@ -48,9 +47,6 @@ def _grid(space: Space):
 
 @pytest.mark.parametrize("shape", SHAPES, ids=[s[0] for s in SHAPES])
 def test_long_prompts_covered(shape):
-    space = Space(shape)
-    oracle.build_many([space.version])
-    batches = [b for b in _grid(space) if space.valid(b)]
-    real, worst, s = assert_guard_covers(space, batches)
+    space, batches, real, worst, s = assert_guard_covers(shape, _grid)
     print(f"\n{space.id}: independent worst {real} B ({len(worst)} x q {worst[0][0]}, kv {worst[0][1]}); "
           f"guard {s.float_bytes} B ({s.batch} x {s.q_len})")

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import pytest
 
-from . import oracle
 from .test_window_worst_case import Space, assert_guard_covers
 
 # (id, FlashInfer release, GPU, (q, kv heads, head dim) per rank, page size, window (0: none),
@@ -57,10 +56,7 @@ def _grid(space: Space):
 
 @pytest.mark.parametrize("shape", SHAPES, ids=[s[0] for s in SHAPES])
 def test_mixed_batches_covered(shape):
-    space = Space(shape)
-    oracle.build_many([space.version])
-    batches = [b for b in _grid(space) if space.valid(b)]
-    real, worst, s = assert_guard_covers(space, batches)
+    space, batches, real, worst, s = assert_guard_covers(shape, _grid)
     print(f"\n{space.id}: {len(batches)} batches, independent worst {real} B ({worst[0]} x "
           f"{worst.count(worst[0])} + {len(worst) - worst.count(worst[0])} more); "
           f"guard {s.float_bytes} B (witness {s.witness})")

@@ -161,10 +161,14 @@ def guard_eager_prefill(space: Space):
     return next(s for s in req.scenarios if s.name == "eager_prefill")
 
 
-def assert_guard_covers(space: Space, batches):
-    """The guard's eager prefill need reaches the largest plan FlashInfer's compiled planner makes
-    for ``batches`` (found without guard_core), and its witness, replayed through that planner,
-    needs exactly the guard's figure. Returns (largest real plan, its batch, the guard's scenario)."""
+def assert_guard_covers(shape, grid_of):
+    """For the shape's space: the guard's eager prefill need reaches the largest plan FlashInfer's
+    compiled planner makes for the valid batches of ``grid_of(space)`` (found without guard_core),
+    and its witness, replayed through that planner, needs exactly the guard's figure. Returns
+    (space, the batches, the largest real plan, its batch, the guard's scenario)."""
+    space = Space(shape)
+    oracle.build_many([space.version])
+    batches = [b for b in grid_of(space) if space.valid(b)]
     scores = _scores(space, batches)
     real, i = max(zip(scores, range(len(batches))))
     s = guard_eager_prefill(space)
@@ -173,7 +177,7 @@ def assert_guard_covers(space: Space, batches):
     assert space.valid(batch), (space.id, s.witness)
     (got,) = _scores(space, [batch])
     assert got == s.float_bytes, (space.id, s.witness, got, s.float_bytes)
-    return real, batches[i], s
+    return space, batches, real, batches[i], s
 
 
 _FOUND: dict = {}
