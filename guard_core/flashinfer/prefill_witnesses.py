@@ -57,8 +57,8 @@ def _pages_for(k: int, q: int, m: int, page: int, clip: int | None, max_pages: i
 
 def mixed_fill_batches(ctx, layout, limits, tiles, fa2_max_bs: int, min_chunk_pages: int, max_pages, clip_for):
     """Mixed batches whose (query tile, KV chunk) entries add up to the planner's split cap, or as
-    close to it as the seats allow: for each CTA tile, the fewest requests (then query tokens)
-    reaching each entry count, by a small knapsack over what one request can contribute.
+    close to it as the seats and tokens allow: for each CTA tile, every (requests, query tokens)
+    trade-off reaching each entry count, by a small knapsack over what one request can contribute.
 
     Why (issue 27 item 4, vLLM 0.33 and 0.23, RTX PRO 6000, Qwen2.5-Omni thinker: 28 q / 4 kv
     heads, page 32, ``--max-model-len 464 --max-num-seqs 8``: 3 x 127 query tokens @ 432 KV plus
@@ -73,7 +73,7 @@ def mixed_fill_batches(ctx, layout, limits, tiles, fa2_max_bs: int, min_chunk_pa
     plan. On the minimum chunk a request of ``t`` query tiles and ``k`` chunks contributes
     ``t x k`` entries (``t`` fixes its query length within a tile, ``k`` its KV pages, at least
     the query's own); the knapsack over those contributions is exact for the entry count under
-    the seat limit, and the batch is then checked against the tokens and the tile's average
+    the seat and token limits (``_fronts``), and the batch is then checked against the tokens and the tile's average
     query length (longer queries within their tiles where the average must rise). Plans that land
     on a larger chunk are the one-shape witnesses' part. ``tiles``: (cta_tile_q, lowest and
     highest average packed query length that picks it); ``clip_for(cta)``: the KV pages the window
@@ -81,42 +81,74 @@ def mixed_fill_batches(ctx, layout, limits, tiles, fa2_max_bs: int, min_chunk_pa
     g, page, m, cap = layout.gqa_group, layout.page_size, min_chunk_pages, fa2_max_bs
     seats, tokens = int(limits.max_num_seqs), int(limits.max_num_batched_tokens)
     max_len = int(limits.max_model_len) if limits.max_model_len else None
+    most = 0  # the largest new_batch_size x cta_tile_q yielded: a smaller tile's cap below it plans less
     for cta, a_lo, a_hi in sorted(tiles, reverse=True):
-        if cta < g or cap < 2:
+        if cta < g or cap < 2 or cap * cta <= most:
             continue
         clip = clip_for(cta)
         vals = _contributions(cta, g, page, m, clip, max_pages, max_len, cap)
-        order = sorted(vals)
-        best: list = [None] * (cap + 1)  # entries -> (requests, query tokens, last contribution)
-        best[0] = (0, 0, 0)
-        for e in range(1, cap + 1):
-            for v in order:
-                if v > e:
-                    break
-                prev = best[e - v]
-                if prev is not None and (best[e] is None or (prev[0] + 1, prev[1] + vals[v][0]) < best[e][:2]):
-                    best[e] = (prev[0] + 1, prev[1] + vals[v][0], v)
+
+        def fill(rows, r, e):
+            # the tile's average packed query length bounds the tokens of r requests both ways
+            if r >= len(rows) or not -(-a_lo * r // g) <= min(tokens, ((a_hi + 1) * r - 1) // g) or rows[r][e] > tokens \
+                    or rows[r][e] > ((a_hi + 1) * r - 1) // g:
+                return None
+            return _fill(rows, vals, r, e, cta, g, page, m, clip, max_pages, max_len, tokens, a_lo, a_hi)
+
+        rows = _min_tokens(vals, cap, seats, tokens, lambda rows, r: fill(rows, r, cap))
         found = 0
         for e in range(cap, 0, -1):
-            b = best[e]
-            if b is None or b[0] > seats or b[1] > tokens:
-                continue
-            reqs, left = [], e
-            while left:
-                v = best[left][2]
-                reqs.append(vals[v][1:])
-                left -= v
-            batch = _concrete(reqs, cta, g, page, m, clip, max_pages, max_len, tokens, a_lo, a_hi)
+            batch = next((x for x in (fill(rows, r, e) for r in range(1, len(rows))) if x is not None), None)
             if batch is None:
                 continue
             found += 1
             groups = tuple(batch)
             plan = ctx.fa2(groups, sum(q * c for q, _, c in groups), False, window=True)
+            most = max(most, plan.padded_batch_size * plan.cta_tile_q)
             yield plan, sum(c for _, _, c in groups), groups[0][0], groups
             if e == cap and plan.padded_batch_size == cap and plan.cta_tile_q == cta:
                 return  # the cap at the largest tile left: no batch plans more (the proof above)
             if found >= 4:
                 break
+
+
+def _min_tokens(vals, cap: int, seats: int, tokens: int, reaches_cap):
+    """``rows[r][e]``: the fewest query tokens of ``r`` requests adding up to exactly ``e`` entries
+    (more than ``tokens`` where none fits), for ``r`` up to the seats. Both limits at once (issue
+    27's scale run, vLLM 0.23.0, L40S, Qwen3-VL-32B at TP 8: 8 q / 1 kv heads, ``--max-num-seqs 7
+    --max-num-batched-tokens 480 --max-model-len 592``: keeping only the fewest requests per entry
+    count chose one 561-token request for 180 entries, over the token limit, and missed 1 x 145 + 2
+    x 130 + 4 x 17 query tokens, 180 entries, 95,109,120 B, where the guard said 92,467,200 B, 175
+    entries). Stops early once ``reaches_cap(rows, r)`` (a concrete batch of ``r`` requests fills the
+    cap: no batch has more entries)."""
+    from itertools import repeat
+    from operator import add
+
+    none = tokens + 1
+    rows = [[0] + [none] * cap]
+    items = sorted((v, c) for v, (c, _t, _k) in vals.items())
+    for r in range(1, min(seats, tokens, cap) + 1):
+        prev, cur = rows[-1], [none] * (cap + 1)
+        for v, c in items:  # min-plus, in C: cur[e] = min(cur[e], prev[e - v] + c)
+            cur[v:] = map(min, cur[v:], map(add, prev[: cap + 1 - v], repeat(c)))
+        rows.append(cur)
+        if cur[cap] <= tokens and reaches_cap(rows, r) is not None:
+            break
+        if min(cur) > tokens:
+            break
+    return rows
+
+
+def _fill(rows, vals, r: int, e: int, cta, g, page, m, clip, max_pages, max_len, tokens, a_lo, a_hi):
+    """The concrete batch (``_concrete``) of ``r`` requests, ``e`` entries and the fewest tokens
+    ``rows`` found, or None."""
+    reqs = []
+    while r:
+        tok = rows[r][e]
+        v = next(v for v, (c, _t, _k) in vals.items() if v <= e and rows[r - 1][e - v] + c == tok)
+        reqs.append(vals[v][1:])
+        r, e = r - 1, e - v
+    return _concrete(reqs, cta, g, page, m, clip, max_pages, max_len, tokens, a_lo, a_hi)
 
 
 def _q_range(t, cta, g, max_len):

@@ -20,13 +20,26 @@ from __future__ import annotations
 
 import pytest
 
-from .test_window_worst_case import Space, assert_guard_covers
+from .test_window_worst_case import Space, _scores, assert_guard_covers, guard_eager_prefill, independent_worst
+from . import oracle
 
 # (id, FlashInfer release, GPU, (q, kv heads, head dim) per rank, page size, window (0: none),
 #  max seqs, max batched tokens, max_model_len)
 SHAPES = (
     ("qwen25-omni-rtxpro6000-464", "0.7.2.post1", "rtxpro6000", (28, 4, 128), 32, 0, 8, 44160, 464),
     ("qwen25-omni-rtxpro6000-464-fi0612", "0.6.12", "rtxpro6000", (28, 4, 128), 32, 0, 8, 44160, 464),
+)
+
+# seats and tokens bind at once, with requests of several query lengths (outside the grid's family)
+BOTH_LIMITS = (
+    # issue 27's scale run, vLLM 0.23.0 (FlashInfer 0.6.12), L40S, Qwen3-VL-32B at TP 8 (8 q / 1 kv heads):
+    # --max-num-seqs 7 --max-num-batched-tokens 480 --max-model-len 592: the differential search's
+    # 1 x 145 @ 513 + 2 x 130 @ 514 + 4 x 17 @ 576 plans 95,109,120 B (180 split entries) where the
+    # guard said 92,467,200 B (175: its knapsack kept only the fewest requests per entry count)
+    ("qwen3vl32b-tp8-l40s-480", "0.6.12", "l40s", (8, 1, 128), 16, 0, 7, 480, 592),
+    # the same shape on FlashInfer 0.7.2.post1 (query-row scratch) and with fewer tokens
+    ("qwen3vl32b-tp8-l40s-480-fi072", "0.7.2.post1", "l40s", (8, 1, 128), 16, 0, 7, 480, 592),
+    ("qwen3vl32b-tp8-l40s-300", "0.6.12", "l40s", (8, 1, 128), 16, 0, 5, 300, 592),
 )
 
 
@@ -60,3 +73,18 @@ def test_mixed_batches_covered(shape):
     print(f"\n{space.id}: {len(batches)} batches, independent worst {real} B ({worst[0]} x "
           f"{worst.count(worst[0])} + {len(worst) - worst.count(worst[0])} more); "
           f"guard {s.float_bytes} B (witness {s.witness})")
+
+
+@pytest.mark.parametrize("shape", BOTH_LIMITS, ids=[s[0] for s in BOTH_LIMITS])
+def test_both_limits_covered(shape):
+    """The expected value: the independent hill-climbing search (random restarts, per-request query
+    and KV moves; no guard_core), over three seeds; the guard's witness replays to its figure."""
+    space = Space(shape)
+    oracle.build_many([space.version])
+    real, batch = max(independent_worst(space, seed=s) for s in (27, 1, 2))
+    guard = guard_eager_prefill(space)
+    print(f"\n{space.id}: independent worst {real} B ({batch}); guard {guard.float_bytes} B (witness {guard.witness})")
+    assert guard.float_bytes >= real, (space.id, guard.float_bytes, real, batch)
+    witness = [(q, min(space.max_len, p * space.page)) for q, p, c in guard.witness for _ in range(c)]
+    assert space.valid(witness), (space.id, guard.witness)
+    assert _scores(space, [witness]) == [guard.float_bytes], (space.id, guard.witness)
