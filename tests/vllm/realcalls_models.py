@@ -153,9 +153,31 @@ def _building():
     saved_init = {n: getattr(torch.nn.init, n) for n in inits}
     for n in inits:
         setattr(torch.nn.init, n, lambda tensor, *a, **k: tensor)
+    # Stand-in for vLLM's CUDA kernels: a layer built for a CUDA platform binds its kernel at
+    # construction (vLLM 0.23.0 model_executor/layers/activation.py:339-347, GeluAndMul ->
+    # torch.ops._C.gelu_and_mul), and this CPU wheel's vllm._C does not load (no libcuda), so every
+    # gemma/zamba2/gpt2 build failed. An op missing from torch.ops._C is a placeholder that refuses to
+    # run: nothing here runs a layer, and the attention planner never sees one.
+    ns_cls = type(torch.ops._C)
+    saved_getattr = ns_cls.__getattr__
+
+    def _getattr(self, name):
+        try:
+            return saved_getattr(self, name)
+        except AttributeError:
+            if getattr(self, "name", None) != "_C" or name.startswith("__"):
+                raise
+
+            def kernel(*a, _name=name, **k):
+                raise RuntimeError(f"torch.ops._C.{_name}: a CUDA kernel, not run on this CPU host")
+
+            return kernel
+
+    ns_cls.__getattr__ = _getattr
     try:
         yield
     finally:
+        ns_cls.__getattr__ = saved_getattr
         for n, f in saved_init.items():
             setattr(torch.nn.init, n, f)
         for k, v in saved.items():
@@ -210,6 +232,16 @@ def eagle_head_config(target: dict, method: str) -> dict:
     return d
 
 
+def _source_subclasses(module: str, cls: str, base: str) -> bool:
+    """Whether ``module``'s class ``cls`` names ``base`` among its bases (read, not imported)."""
+    import ast
+    import importlib.util
+
+    tree = ast.parse(open(importlib.util.find_spec(module).origin).read())
+    node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
+    return any(base in ast.unparse(b) for b in node.bases)
+
+
 def mla_evidence(vc) -> dict:
     """An MLA model plans nothing in the guarded buffer: vLLM's own validation of the FlashInfer
     backend refuses MLA (so ``--attention-backend FLASHINFER`` cannot serve it), and vLLM's
@@ -235,6 +267,12 @@ def mla_evidence(vc) -> dict:
         guarded = issubclass(FlashInferMLAMetadataBuilder, FlashInferMetadataBuilder)
     except ImportError as exc:
         guarded = f"no FlashInfer MLA backend here: {exc}"
+    except RuntimeError:
+        # vLLM 0.23.0 allocates its MLA workspace on the GPU at import (backends/mla/flashinfer_mla.py:
+        # 99, ``g_fi_workspace = torch.zeros(..., device="cuda")``: its own buffer, not the guarded
+        # one); read the builder's bases from the module's source instead
+        guarded = _source_subclasses("vllm.v1.attention.backends.mla.flashinfer_mla", "FlashInferMLAMetadataBuilder",
+                                     "FlashInferMetadataBuilder")
     return {"flashinfer_refuses": list(reasons), "mla_builder_is_guarded": guarded}
 
 

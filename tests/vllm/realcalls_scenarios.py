@@ -308,9 +308,11 @@ def make_vllm_config(case: Case):
         from vllm.config import SpeculativeConfig
 
         if case.spec_method in ("eagle", "eagle3") and case.config:  # the drafter: realcalls_models
-            from realcalls_models import config_dict, eagle_head_config
+            from realcalls_models import eagle_head_config
 
-            head = model_dir(eagle_head_config(config_dict(case.config), case.spec_method))
+            # the head from the target's text config as vLLM resolved it (a defaults-only file such
+            # as qwen2_5_omni-defaults states no heads: its transformers class does)
+            head = model_dir(eagle_head_config(mc.hf_text_config.to_dict(), case.spec_method))
             kw["speculative_config"] = SpeculativeConfig(
                 method=case.spec_method, model=head, num_speculative_tokens=case.draft,
                 target_model_config=mc, target_parallel_config=pc)
