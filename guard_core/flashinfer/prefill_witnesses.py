@@ -88,7 +88,7 @@ def mixed_fill_batches(ctx, layout, limits, tiles, fa2_max_bs: int, min_chunk_pa
         clip = clip_for(cta)
         vals = _contributions(cta, g, page, m, clip, max_pages, max_len, cap)
 
-        def fill(rows, r, e):
+        def fill(rows, r, e, vals=vals, cta=cta, clip=clip, a_lo=a_lo, a_hi=a_hi):
             # the tile's average packed query length bounds the tokens of r requests both ways
             if r >= len(rows) or not -(-a_lo * r // g) <= min(tokens, ((a_hi + 1) * r - 1) // g) or rows[r][e] > tokens \
                     or rows[r][e] > ((a_hi + 1) * r - 1) // g:
