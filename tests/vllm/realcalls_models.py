@@ -217,14 +217,26 @@ def _build_drafter(vc, tp: int, initialize_model) -> None:
         initialize_model(vllm_config=dvc, model_config=sc.draft_model_config)
 
 
-def eagle_head_config(target: dict, method: str) -> dict:
+def eagle_head_config(target, method: str) -> dict:
     """A draft head for ``target`` in the layout of the published EAGLE heads (one Llama decoder
     layer with the target's attention shape, e.g. yuhuili/EAGLE-LLaMA3.1-Instruct-8B; EAGLE3:
-    ``LlamaForCausalLMEagle3`` with a draft vocabulary). Constructed, not published: named so."""
-    tc = target.get("text_config") or target
+    ``LlamaForCausalLMEagle3`` with a draft vocabulary). Constructed, not published: named so.
+    ``target``: the target's text config as vLLM resolved it (a transformers config: its
+    attribute map reads gpt2's ``n_head`` as ``num_attention_heads``), or a config dict."""
+    if isinstance(target, dict):
+        tc = target.get("text_config") or target
+        get = tc.get
+    else:
+        def get(k):
+            return getattr(target, k, None)
     keys = ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
             "vocab_size", "rms_norm_eps", "rope_theta", "max_position_embeddings")
-    d = {k: tc[k] for k in keys if tc.get(k) is not None}
+    d = {k: get(k) for k in keys if isinstance(get(k), (int, float)) and not isinstance(get(k), bool)}
+    heads = d.get("num_attention_heads")
+    if heads and "num_key_value_heads" not in d:
+        d["num_key_value_heads"] = heads  # no GQA in the target's config: as many KV heads
+    if heads and "head_dim" not in d and d.get("hidden_size"):
+        d["head_dim"] = d["hidden_size"] // heads
     d.update(num_hidden_layers=1, model_type="llama", torch_dtype="bfloat16",
              architectures=["LlamaForCausalLMEagle3"] if method == "eagle3" else ["LlamaForCausalLM"])
     if method == "eagle3":

@@ -312,7 +312,7 @@ def make_vllm_config(case: Case):
 
             # the head from the target's text config as vLLM resolved it (a defaults-only file such
             # as qwen2_5_omni-defaults states no heads: its transformers class does)
-            head = model_dir(eagle_head_config(mc.hf_text_config.to_dict(), case.spec_method))
+            head = model_dir(eagle_head_config(mc.hf_text_config, case.spec_method))
             kw["speculative_config"] = SpeculativeConfig(
                 method=case.spec_method, model=head, num_speculative_tokens=case.draft,
                 target_model_config=mc, target_parallel_config=pc)
