@@ -311,6 +311,16 @@ def model_groups(vc, tp: int, resolve_layout) -> tuple[list, dict]:
     sc = vc.speculative_config
     if sc is not None and getattr(sc, "method", None) in ("eagle", "eagle3"):
         _build_drafter(vc, tp, initialize_model)
+    # What the executor does once the workers loaded the model: the block size the attention
+    # backend wants, and for hybrid models the attention block aligned with the Mamba page size,
+    # over --block-size if need be (v1/executor/uniproc_executor.py 0.23.0:69, 0.32.0:75, 0.33.0:75;
+    # platforms/interface.py 0.23.0:491-527). Without it every hybrid model with a drawn block size
+    # stopped in get_kv_cache_groups ("The page size of the layer is not divisible ...").
+    from vllm.platforms import current_platform
+
+    if hasattr(current_platform, "update_block_size_for_backend"):
+        with tp_ranks(vc, tp), set_current_vllm_config(vc):
+            current_platform.update_block_size_for_backend(vc)
     layers = {k: m for k, m in ctx.items() if isinstance(m, AttentionLayerBase)}
     specs = {}
     with set_current_vllm_config(vc):
