@@ -571,6 +571,8 @@ static std::string run_decode(const Params& P, Sizes sz, Result& R) {
     case 128: st = decode_plan_hd<128>(info, sz, indptr.data(), batch_size, num_qo_heads, num_kv_heads, page_size, enable_cuda_graph); break;
     case 256: st = decode_plan_hd<256>(info, sz, indptr.data(), batch_size, num_qo_heads, num_kv_heads, page_size, enable_cuda_graph); break;
 #ifndef FIG_REAL_CUDA
+    // 80: phi-2, stablelm (SGLang's FlashInfer decode JIT-compiles the model's head dim)
+    case 80: st = decode_plan_hd<80>(info, sz, indptr.data(), batch_size, num_qo_heads, num_kv_heads, page_size, enable_cuda_graph); break;
     case 96: st = decode_plan_hd<96>(info, sz, indptr.data(), batch_size, num_qo_heads, num_kv_heads, page_size, enable_cuda_graph); break;
     case 192: st = decode_plan_hd<192>(info, sz, indptr.data(), batch_size, num_qo_heads, num_kv_heads, page_size, enable_cuda_graph); break;
     case 512: st = decode_plan_hd<512>(info, sz, indptr.data(), batch_size, num_qo_heads, num_kv_heads, page_size, enable_cuda_graph); break;
