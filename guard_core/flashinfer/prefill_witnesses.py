@@ -73,8 +73,8 @@ def mixed_fill_batches(ctx, layout, limits, tiles, fa2_max_bs: int, min_chunk_pa
     plan. On the minimum chunk a request of ``t`` query tiles and ``k`` chunks contributes
     ``t x k`` entries (``t`` fixes its query length within a tile, ``k`` its KV pages, at least
     the query's own); the knapsack over those contributions is exact for the entry count under
-    the seat and token limits (``_fronts``), and the batch is then checked against the tokens and the tile's average
-    query length (longer queries within their tiles where the average must rise). Plans that land
+    the seat and token limits (``_min_tokens``), and the batch is then checked against the tokens
+    and the tile's average query length (longer queries within their tiles where the average must rise). Plans that land
     on a larger chunk are the one-shape witnesses' part. ``tiles``: (cta_tile_q, lowest and
     highest average packed query length that picks it); ``clip_for(cta)``: the KV pages the window
     leaves the split search (None: no window). Yields (plan, n, q, witness groups)."""
@@ -90,8 +90,8 @@ def mixed_fill_batches(ctx, layout, limits, tiles, fa2_max_bs: int, min_chunk_pa
 
         def fill(rows, r, e, vals=vals, cta=cta, clip=clip, a_lo=a_lo, a_hi=a_hi):
             # the tile's average packed query length bounds the tokens of r requests both ways
-            if r >= len(rows) or not -(-a_lo * r // g) <= min(tokens, ((a_hi + 1) * r - 1) // g) or rows[r][e] > tokens \
-                    or rows[r][e] > ((a_hi + 1) * r - 1) // g:
+            hi = min(tokens, ((a_hi + 1) * r - 1) // g)
+            if r >= len(rows) or -(-a_lo * r // g) > hi or rows[r][e] > hi:
                 return None
             return _fill(rows, vals, r, e, cta, g, page, m, clip, max_pages, max_len, tokens, a_lo, a_hi)
 

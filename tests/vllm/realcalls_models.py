@@ -231,7 +231,7 @@ def eagle_head_config(target, method: str) -> dict:
             return getattr(target, k, None)
     keys = ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
             "vocab_size", "rms_norm_eps", "rope_theta", "max_position_embeddings")
-    d = {k: get(k) for k in keys if isinstance(get(k), (int, float)) and not isinstance(get(k), bool)}
+    d = {k: v for k in keys if isinstance(v := get(k), (int, float)) and not isinstance(v, bool)}
     heads = d.get("num_attention_heads")
     if heads and "num_key_value_heads" not in d:
         d["num_key_value_heads"] = heads  # no GQA in the target's config: as many KV heads
@@ -251,7 +251,11 @@ def _source_subclasses(module: str, cls: str, base: str) -> bool:
 
     tree = ast.parse(open(importlib.util.find_spec(module).origin).read())
     node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
-    return any(base in ast.unparse(b) for b in node.bases)
+    names = set()
+    for b in node.bases:
+        b = b.value if isinstance(b, ast.Subscript) else b  # Generic[...] / Builder[Metadata]
+        names.add(b.id if isinstance(b, ast.Name) else getattr(b, "attr", None))
+    return base in names
 
 
 def mla_evidence(vc) -> dict:
