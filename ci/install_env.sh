@@ -49,8 +49,11 @@ mkdir -p "$FG_ENVS"
 exec 9>"$FG_ENVS/.$name.lock"
 flock 9
 
+waited=$(( $(date +%s) - start ))
+start=$(date +%s)
 if [ -f "$marker" ] && [ "$(cat "$marker")" = "$want" ] && [ -x "$py" ]; then
-  fg_log "reusing $env (lock $(echo "$want" | cut -c1-12))"
+  fg_log "reusing $env (lock $(echo "$want" | cut -c1-12); ${waited} s waiting for uv and the lock)"
+  fg_time install "$name" 0 reused
 else
   rm -rf "$env"
   mkdir -p "$FG_ENVS"
@@ -68,6 +71,7 @@ else
   "$py" "$FG_REPO/ci/check_env.py" smoke "$framework" >&2 || fail "import smoke failed (above); the environment is broken"
   echo "$want" > "$marker"
   fg_log "$name ready in $(( $(date +%s) - start )) s ($(du -sh "$env" 2>/dev/null | cut -f1))"
+  fg_time install "$name" "$(( $(date +%s) - start ))" created
 fi
 
 # Our package, without dependencies and without build isolation (hatchling is

@@ -25,8 +25,36 @@ mkdir -p "$FLASHINFER_GUARD_REPORTS"
 suites="${FLASHINFER_GUARD_SUITES:-core vllm sglang}"
 status=0
 t0=$(date +%s)
+# every install, build and test step appends its time here (ci/lib.sh fg_time); the summary at
+# the end says cold or warm and gives the three apart (ci/timings.py)
+export FG_TIMINGS="$FLASHINFER_GUARD_REPORTS/timings.tsv"
+: > "$FG_TIMINGS"
 echo "=== reports (JUnit XML, scenario logs): $FLASHINFER_GUARD_REPORTS"
 echo "=== environments: $FG_ENVS (free disk: $(fg_free_gb "$FG_ENVS") GB)"
+
+# The uv tool first, once, before anything starts beside anything (every installer below asks
+# for it; fg_uv is locked and atomic anyway, tests/core/test_concurrent_installs.py).
+fg_uv > /dev/null || { echo "=== the uv tool did not install (above)"; status=1; }
+
+# Prefetch: on a cold machine the SGLang lines' environments and planner stand-ins are made in
+# the background while core and the vLLM suite run, one at a time, so the SGLang suite finds them
+# ready instead of installing between its lines (each install locks its environment, and a
+# suite asking for one being made waits and reuses it). Stops where the disk runs short (the
+# suites then install as before). FLASHINFER_GUARD_PREFETCH=0: no prefetch.
+prefetch_pid=""
+if [ "${FLASHINFER_GUARD_PREFETCH:-1}" = 1 ] && [[ " $suites " == *" sglang "* ]] && [[ " $suites " == *" vllm "* ]]; then
+  (
+    read -r -a plines <<< "${FLASHINFER_GUARD_SGLANG_LINES:-$FG_SGLANG_LINES_DEFAULT}"
+    for v in "${plines[@]}"; do
+      if [ "$(fg_free_gb "$FG_ENVS")" -lt 45 ]; then echo "[prefetch] stopping: under 45 GB free"; break; fi
+      py="$(bash ci/install_env.sh sglang "$v" 2> >(sed -u "s/^/[prefetch] /" >&2) | tail -n 1)"
+      [ -x "$py" ] || { echo "[prefetch] sglang-$v did not install (the suite retries it)"; continue; }
+      "$py" ci/prebuild.py standin 2>&1 | sed -u "s/^/[prefetch] /"
+    done
+  ) > "$FLASHINFER_GUARD_REPORTS/prefetch.log" 2>&1 &
+  prefetch_pid=$!
+  echo "=== prefetching the SGLang environments in the background: $FLASHINFER_GUARD_REPORTS/prefetch.log"
+fi
 
 run_suite() {
   local suite=$1 s0 rc
@@ -64,7 +92,9 @@ if [ -n "$core_pid" ]; then
   wait "$core_pid" || status=1
 fi
 
+[ -z "$prefetch_pid" ] || wait "$prefetch_pid"
 echo "=== reports: $FLASHINFER_GUARD_REPORTS"
+python3 "$FG_REPO/ci/timings.py" "$FG_TIMINGS" "$(( $(date +%s) - t0 ))" || true
 python3 "$FG_REPO/ci/summarize.py" "$FLASHINFER_GUARD_REPORTS" || status=1
 echo "total time $(( $(date +%s) - t0 )) s"
 exit $status

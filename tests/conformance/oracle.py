@@ -84,9 +84,10 @@ class OracleError(RuntimeError):
 
 
 def cache_root() -> Path:
-    root = os.environ.get("FLASHINFER_GUARD_CACHE") or os.path.join(
-        os.path.expanduser("~"), ".cache", "flashinfer-guard"
-    )
+    # the one home every ci/ script uses (ci/lib.sh FG_HOME), so that an empty
+    # FLASHINFER_GUARD_HOME is an empty machine for the compiled planners too
+    root = (os.environ.get("FLASHINFER_GUARD_CACHE") or os.environ.get("FLASHINFER_GUARD_HOME")
+            or os.path.join(os.path.expanduser("~"), ".cache", "flashinfer-guard"))
     return Path(root)
 
 
