@@ -66,6 +66,10 @@ class _Grown:
         self.wrapper, self.in_place = wrapper, in_place
         # attr -> (tensor, bytes before, the owner's storage as handed in or None)
         self.saved: dict[str, tuple] = {}
+        # the attrs whose buffer this recovery really changed: only these are given back, so a
+        # buffer that could not grow (a storage torch will not resize: torch.from_numpy,
+        # torch.frombuffer, shared memory) comes back exactly as handed in (issue 41 item 5)
+        self.changed: set[str] = set()
 
     def grow(self, attr: str, size: int) -> None:
         buf = getattr(self.wrapper, attr, None)
@@ -83,10 +87,13 @@ class _Grown:
             buf.set_(buf.new_empty(n))  # the owner's storage stays untouched, kept for give_back
         else:
             buf.resize_(n)
+        self.changed.add(attr)  # reached only when the line above did not raise
         self._refresh(attr)
 
     def give_back(self) -> None:
         for attr, (buf, before, storage) in self.saved.items():
+            if attr not in self.changed:
+                continue  # never changed: nothing to give back, the owner's tensor untouched
             try:
                 if not self.in_place:
                     setattr(self.wrapper, attr, buf)

@@ -48,7 +48,7 @@ def uv_wheels(tmp_path_factory):
 
 def _env(home: Path, wheels: Path) -> dict:
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("FLASHINFER_GUARD", "PIP_", "UV", "VIRTUAL_ENV"))}
+           if not k.startswith(("FLASHINFER_GUARD", "FG_", "PIP_", "UV", "VIRTUAL_ENV"))}
     env.update(FLASHINFER_GUARD_HOME=str(home), UV_CACHE_DIR=_default_uv_cache(),
                PIP_FIND_LINKS=str(wheels), PIP_NO_INDEX="1")
     return env

@@ -454,3 +454,30 @@ def test_refresh_workspace_sizes_finds_every_holder():
     buf.resize_(20)
     assert net.refresh_workspace_sizes(buf) == 3
     assert [h._workspace_size for h in hs] == [20, 20, 20]
+
+
+def test_a_buffer_that_cannot_grow_comes_back_untouched(armed):
+    """Issue 41 item 5: a workspace whose storage cannot be resized and whose storage the net
+    cannot name (torch.from_numpy's storage refuses resize_): FlashInfer's error propagates and
+    the owner's buffer is not handed a fresh storage, since nothing was grown. The old give-back
+    swapped in a new one of the old size (``set_(new_empty(before))``) after the failed grow."""
+    arm, log = armed
+
+    class Fixed(Buf2):
+        swaps = 0
+
+        def resize_(self, n):
+            raise RuntimeError("Trying to resize storage that is not resizable")
+
+        def set_(self, other):
+            type(self).swaps += 1
+            return super().set_(other)
+
+    W = arm(_wrapper_cls([("batch_prefill_tmp_v", 3 * MIB)]))
+    owner = Fixed(MIB)
+    w = W(fbuf=owner)
+    with pytest.raises(RuntimeError, match="batch_prefill_tmp_v with size 3145728"):
+        w.plan()
+    assert w._float_workspace_buffer is owner and owner.numel() == MIB
+    assert Fixed.swaps == 0, "the owner's buffer was handed a fresh storage although nothing grew"
+    assert "could not grow" in log.lines[-1]

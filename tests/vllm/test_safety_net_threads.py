@@ -1,4 +1,5 @@
-"""The safety net on real torch tensors (CPU), threads and every retry failure (issue 29, items 2-3).
+"""The safety net on real torch tensors (CPU), threads, every retry failure (issue 29, items 2-3) and
+every kind of buffer torch can hand over (issue 41 item 5).
 
 A FlashInfer-shaped stand-in wrapper (FlashInfer's plan() needs a GPU build; its
 AlignedAllocator's overflow message and its writes into the workspace are imitated)
@@ -152,11 +153,95 @@ def _retry_failures(net, torch) -> dict:
     return results
 
 
+def _buffer_kinds(torch):
+    """Every kind of CPU tensor torch can hand over as a workspace (issue 41 item 5): name -> maker(nbytes)."""
+    import numpy as np
+
+    u8 = torch.uint8
+    return {
+        "zeros": lambda n: torch.zeros(n, dtype=u8),
+        "from_numpy": lambda n: torch.from_numpy(np.zeros(n, np.uint8)),  # storage torch will not resize
+        "frombuffer": lambda n: torch.frombuffer(bytearray(n), dtype=u8),  # likewise
+        "shared_memory": lambda n: torch.zeros(n, dtype=u8).share_memory_(),
+        "offset_view": lambda n: torch.zeros(2 * n, dtype=u8)[n:],
+        "strided_view": lambda n: torch.zeros(2 * n, dtype=u8)[::2],
+        "int32": lambda n: torch.zeros(n // 4, dtype=torch.int32),
+        "float16": lambda n: torch.zeros(n // 2, dtype=torch.float16),
+        "dtype_view": lambda n: torch.zeros(n // 4, dtype=torch.float32).view(u8),
+        "as_strided": lambda n: torch.zeros(n + 64, dtype=u8).as_strided((n,), (1,), 64),
+        "empty_numpy_slice": lambda n: torch.from_numpy(np.zeros(2 * n, np.uint8)[n:]),
+    }
+
+
+def _buffers(net, torch) -> dict:
+    """Generated buffers of every kind x what the plan does after the net grows it (fits; overflows
+    again; fails differently) x before/after a graph capture: wherever the plan ends in an error,
+    the owner's tensor comes back exactly as handed in (same object on every wrapper, same storage
+    pointer, offset, size, stride, contents); where it fits, the plan had the room it asked for."""
+    import random
+
+    rng = random.Random(41)
+    kinds = _buffer_kinds(torch)
+    bad, recovered, refused = [], 0, 0
+    for r in range(120):
+        kind = rng.choice(sorted(kinds))
+        after = rng.choice(["fits", "overflows", "ValueError"])
+        captured = rng.choice([0, 1])
+        size = rng.choice([64 * 1024, MIB, 3 * MIB + 4096])
+        net.uninstall()
+        net._state.update(log=_Log(), captured=captured)
+
+        class W:
+            _use_cuda_graph = False
+
+            def __init__(self, buf):
+                self._float_workspace_buffer = buf
+                self.calls = 0
+
+            def plan(self, need, after=after):
+                self.calls += 1
+                cap = self._float_workspace_buffer.numel() * self._float_workspace_buffer.element_size()
+                if self.calls > 1 and after == "ValueError":
+                    raise ValueError("bad shape")
+                if need > cap or (self.calls > 1 and after == "overflows"):
+                    raise _overflow("batch_prefill_tmp_v", need, cap)
+                return cap
+
+        _arm(net, W)
+        try:
+            owner = kinds[kind](size)
+        except Exception as exc:  # noqa: BLE001 - a kind this torch cannot make is a finding too
+            bad.append((r, kind, "cannot make", repr(exc)))
+            continue
+        before = (owner.untyped_storage().data_ptr(), owner.storage_offset(), tuple(owner.size()),
+                  tuple(owner.stride()), owner.data_ptr(), owner.clone())
+        w, other = W(owner), W(owner)
+        need = size + rng.choice([1, MIB, 7 * MIB])
+        try:
+            got = w.plan(need)
+        except (RuntimeError, ValueError):
+            now = (owner.untyped_storage().data_ptr(), owner.storage_offset(), tuple(owner.size()),
+                   tuple(owner.stride()), owner.data_ptr())
+            same = (now == before[:5] and w._float_workspace_buffer is owner
+                    and other._float_workspace_buffer is owner and torch.equal(owner, before[5]))
+            refused += 1
+            if not same:
+                bad.append((r, kind, after, captured, "changed", before[:5], now))
+        else:
+            recovered += 1
+            if got < need or after != "fits":
+                bad.append((r, kind, after, captured, "planned", got, need))
+    net.uninstall()
+    net._state.update(log=None, captured=0)
+    return {"cases": 120, "recovered": recovered, "refused": refused, "bad": bad[:8]}
+
+
 def main() -> None:
     import torch
 
     from guard_core.runtime import safety_net as net
 
+    print("BUFFERS " + json.dumps(_buffers(net, torch)), flush=True)
     print("RETRY " + json.dumps(_retry_failures(net, torch)), flush=True)
     net._state["log"] = _Log()
     print("THREADS " + json.dumps(_threads(net, torch)), flush=True)
@@ -170,7 +255,7 @@ def _run() -> tuple[int, dict, str]:
     res = {}
     for ln in proc.stdout.splitlines():
         key, _, data = ln.partition(" ")
-        if key in ("RETRY", "THREADS"):
+        if key in ("RETRY", "THREADS", "BUFFERS"):
             res[key.lower()] = json.loads(data)
     return proc.returncode, res, proc.stderr[-3000:]
 
@@ -197,3 +282,13 @@ def test_every_retry_failure_gives_back_the_owners_storage_with_one_warning():
             assert r["first_error"], (case, r)  # FlashInfer's first error, not the retry's
             if not case.startswith("overflow"):  # the retry's own error is named, not lost
                 assert case.split("@")[0] in r["warnings"][0], (case, r)
+
+
+def test_a_buffer_the_net_did_not_grow_comes_back_exactly_as_handed_in():
+    """Issue 41 item 5: handed a workspace whose storage torch will not resize (torch.from_numpy),
+    the old give-back swapped a fresh storage into the owner's tensor although nothing grew."""
+    rc, res, err = _run()
+    assert "buffers" in res, f"exit {rc}: {err}"
+    b = res["buffers"]
+    assert b["bad"] == [], b
+    assert b["recovered"] > 0 and b["refused"] > 0, b  # both outcomes drawn
