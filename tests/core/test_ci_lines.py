@@ -55,7 +55,13 @@ def _default_and_selected(path: Path, var: str) -> tuple[list[str], set[str]]:
     default = re.search(r"\$\{" + var + r":-([^}]*)\}", text)
     assert default, f"{path.name}: no default for {var}"
     labels = set(re.findall(r"^\s*(\d+\.\d+\.\d+)\)", text, re.M))
-    return default.group(1).split(), labels
+    value = default.group(1)
+    shared = re.fullmatch(r"\$(FG_[A-Z_]+_DEFAULT)", value.strip())
+    if shared:  # the default lives in ci/lib.sh, where ci/test.sh's prefetch reads it too
+        found = re.search("^" + shared.group(1) + r'="([^"]*)"', _code(CI / "lib.sh"), re.M)
+        assert found, f"{path.name}: {value} is not set in ci/lib.sh"
+        value = found.group(1)
+    return value.split(), labels
 
 
 def test_default_ci_runs_are_checked_lines_with_locks():
