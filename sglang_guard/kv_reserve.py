@@ -42,53 +42,16 @@ sizing untouched.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
-from guard_core.runtime.lifecycle import AdapterState
 from guard_core.runtime.patch_table import PatchTable, Wrap
 
 from ._log import log
+from .kv_reservation import Reservation, _state, reservation, reserved_bytes  # noqa: F401 (read here and by tests)
 
 GIB = 1 << 30
 CONFIGURATOR_MODULE = "sglang.srt.mem_cache.kv_cache_configurator"  # 0.5.2x
 MIXIN_MODULE = "sglang.srt.model_executor.model_runner_kv_cache_mixin"  # 0.5.11
 RUNNER_MODULE = "sglang.srt.model_executor.model_runner"  # 0.5.5
 HOOK_KEY = "sglang_guard.kv_reserve"
-
-
-@dataclass
-class Reservation:
-    """What the guard did to this process's KV budget."""
-
-    move: Any  # guard_core.decide.kv_budget.BudgetMove (what the budget moved by, vs without the guard)
-    where: str  # SGLang's function that sized the budget
-    per_token_bytes: int | None = None  # SGLang's own cell size (bytes of KV per token)
-    buffer: Any = None  # full: the tensor created before the measurement
-    placed: str | None = None  # full: "module" | "registry"
-    line: str | None = None  # the start-up line said
-
-
-@dataclass
-class _State(AdapterState):
-    reservation: Reservation | None = None
-    tried: bool = False  # once per process: the first sizing call decides
-
-
-_state = _State()
-
-
-def reservation() -> Reservation | None:
-    """This process's reservation (tests and benchmarks)."""
-    return _state.reservation
-
-
-def reserved_bytes() -> int | None:
-    """The buffer size the KV budget was moved for (the backend allocates at least this)."""
-    r = _state.reservation
-    if r is None or r.move.mode == "off":
-        return None
-    return int(r.move.buffer_bytes)
 
 
 # ---------------------------------------------------------------- the decision at budget time

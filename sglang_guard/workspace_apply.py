@@ -220,9 +220,9 @@ def _reserved() -> int:
     buffer is at least what was paid for, so the budget moved by exactly the buffer's
     change (the need at budget time, before the request pool existed, is never below
     the backend's)."""
-    from . import kv_reserve
+    from .kv_reservation import reserved_bytes
 
-    return int(kv_reserve.reserved_bytes() or 0)
+    return int(reserved_bytes() or 0)
 
 
 def _report(rec: WorkspaceRecord, backend) -> None:

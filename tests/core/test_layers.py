@@ -95,6 +95,23 @@ def test_no_import_cycle_in_guard_core():
     assert cycle is None, "import circle in guard_core: " + " -> ".join(cycle)
 
 
+def product_import_graph() -> dict[str, set[str]]:
+    """Every module of the product (guard_core and both adapters) and what it imports of it."""
+    mods = {_module_name(p): p for pkg in ("guard_core", "vllm_guard", "sglang_guard")
+            for p in sorted((ROOT / pkg).rglob("*.py"))}
+    known = set(mods)
+    return {name: _imports(path, name, known) for name, path in mods.items()}
+
+
+def test_no_import_cycle_anywhere_in_the_product():
+    """Issue 42 item 7: sglang_guard's kv_reserve -> workspace -> workspace_apply -> kv_reserve was a
+    circle of private names (the reservation now lives on the floor below both, kv_reservation)."""
+    graph = product_import_graph()
+    assert "sglang_guard.kv_reservation" in graph["sglang_guard.workspace_apply"]
+    cycle = _find_cycle(graph)
+    assert cycle is None, "import circle in the product: " + " -> ".join(cycle)
+
+
 # The rooms and what each may import (each subpackage's __init__ says the same in words).
 # "ground" is guard_core itself: units, versions, gpus and the package's TAG.
 ROOMS = ("flashinfer", "runtime", "deployment", "decide", "commands")
