@@ -39,6 +39,8 @@ import sys
 
 __all__ = ["no_pinned_memory", "simulate"]
 
+SIMULATED_DEVICES = 1 << 10  # GPUs the simulated host has: as many as any launch command asks for
+
 
 def simulate(gpu_key: str, trtllm: bool | None) -> None:
     """Make vLLM's platform answer as the table's ``gpu_key`` (see the module doc, per line)."""
@@ -57,6 +59,12 @@ def simulate(gpu_key: str, trtllm: bool | None) -> None:
     cls.get_device_name = classmethod(lambda c, device_id=0: spec.name)
     cls.get_device_total_memory = classmethod(lambda c, device_id=0: spec.memory[0])
     cls.support_static_graph_mode = classmethod(lambda c: True)
+    # On a GPU host vLLM picks its CUDA platform through NVML, while this process sees no device
+    # (CUDA_VISIBLE_DEVICES="", plan's resolution subprocess): the CUDA platform's device_count()
+    # (torch's count) is 0 and ParallelConfig refuses any TP x PP > 1 ("World size (2) is larger than
+    # the number of available GPUs (0) in this node", config/parallel.py 0.33.0:1066-1076). plan
+    # answers for the deployment as described, on a host with the GPUs it asks for (issue 41 item 3).
+    cls.device_count = classmethod(lambda c: SIMULATED_DEVICES)
     no_pinned_memory()
     try:
         import vllm.config.vllm as vcfg
