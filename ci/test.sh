@@ -45,6 +45,11 @@ prefetch_pid=""
 if [ "${FLASHINFER_GUARD_PREFETCH:-1}" = 1 ] && [[ " $suites " == *" sglang "* ]] && [[ " $suites " == *" vllm "* ]]; then
   (
     read -r -a plines <<< "${FLASHINFER_GUARD_SGLANG_LINES:-$FG_SGLANG_LINES_DEFAULT}"
+    # not beside the vLLM suite's first install (its tests are the run's longest path; measured
+    # 2026-12-03 cold: vLLM 0.23.0 251 s and SGLang 0.5.5 362 s installed side by side): wait for
+    # that environment, at most 10 minutes
+    read -r first _ <<< "${FLASHINFER_GUARD_VLLM_LINES:-$FG_VLLM_LINES_DEFAULT}"
+    for _ in $(seq 600); do [ -f "$FG_ENVS/vllm-$first/.flashinfer-guard-lock" ] && break; sleep 1; done
     for v in "${plines[@]}"; do
       if [ "$(fg_free_gb "$FG_ENVS")" -lt 45 ]; then echo "[prefetch] stopping: under 45 GB free"; break; fi
       py="$(bash ci/install_env.sh sglang "$v" 2> >(sed -u "s/^/[prefetch] /" >&2) | tail -n 1)"

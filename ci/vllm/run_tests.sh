@@ -76,15 +76,17 @@ for line in $lines; do
   for i in "${!shards[@]}"; do
     name="vllm-$line"; [ "$i" = 0 ] || name="vllm-$line-part$((i + 1))"
     (
-      if [ "$i" = 0 ]; then  # the line's planner stand-in, timed apart (its other shard waits on its lock)
-        "$py" "$repo/ci/prebuild.py" standin 2>&1 | sed -u "s/^/[$name] /"
-        t1=$(date +%s)
-      fi
       # vLLM caches each model class's inspection in VLLM_CACHE_ROOT/modelinfos under a name without
       # vLLM's version (model_executor/models/registry.py 0.33.0:1013-1016, keyed inside by the model
       # file's hash): with one shared root the lines overwrite each other's entries and every miss
       # re-imports vLLM in a subprocess (_run_in_subprocess). One root per line.
-      cd "$repo" && export VLLM_CACHE_ROOT="$FG_HOME/vllm-cache/$line" && \
+      cd "$repo" && export VLLM_CACHE_ROOT="$FG_HOME/vllm-cache/$line" || exit 1
+      if [ "$i" = 0 ]; then  # once per line, timed apart from its tests (a class the other shard misses first goes vLLM's own way)
+        "$py" "$repo/ci/prebuild.py" standin 2>&1 | sed -u "s/^/[$name] /"
+        FLASHINFER_GUARD_VLLM_LINE="$line" HF_HUB_OFFLINE=1 "$py" "$repo/ci/prewarm_vllm.py" 2>&1 \
+          | grep --line-buffered '^\[ci\]' | sed -u "s/^/[$name] /"
+        t1=$(date +%s)
+      fi
       FLASHINFER_GUARD_VLLM_LINE="$line" HF_HUB_OFFLINE=1 \
         FLASHINFER_GUARD_SCENARIO_LOGS="$reports/vllm-$line-scenarios" \
         "$py" -m pytest -q -p no:cacheprovider -rf ${shards[$i]} "${select[@]}" \
