@@ -51,7 +51,7 @@ if [ "${FLASHINFER_GUARD_PREFETCH:-1}" = 1 ] && [[ " $suites " == *" sglang "* ]
     read -r first _ <<< "${FLASHINFER_GUARD_VLLM_LINES:-$FG_VLLM_LINES_DEFAULT}"
     for _ in $(seq 600); do [ -f "$FG_ENVS/vllm-$first/.flashinfer-guard-lock" ] && break; sleep 1; done
     for v in "${plines[@]}"; do
-      if [ "$(fg_free_gb "$FG_ENVS")" -lt 45 ]; then echo "[prefetch] stopping: under 45 GB free"; break; fi
+      if [ "$(fg_free_gb "$FG_ENVS")" -lt 20 ]; then echo "[prefetch] stopping: under 20 GB free"; break; fi
       py="$(bash ci/install_env.sh sglang "$v" 2> >(sed -u "s/^/[prefetch] /" >&2) | tail -n 1)"
       [ -x "$py" ] || { echo "[prefetch] sglang-$v did not install (the suite retries it)"; continue; }
       "$py" ci/prebuild.py standin 2>&1 | sed -u "s/^/[prefetch] /"

@@ -6,7 +6,9 @@
 #
 # JUnit reports go to ${FLASHINFER_GUARD_REPORTS:-.reports}/sglang-<line>.xml.
 # FLASHINFER_GUARD_KEEP_ENVS=1 keeps every env; otherwise an env is deleted after
-# its tests when less than 40 GB of disk is free (each env is about 8-10 GB).
+# its tests when less than 12 GB of disk is free (as the vLLM lines: an environment's files are hard
+# links into uv's cache, so deleting one frees little and the next run links it again; measured
+# 2026-12-03: six framework environments 39 GB on disk together, uv's cache included).
 set -uo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
@@ -82,8 +84,8 @@ for v in "${lines[@]}"; do
   [ "$rc" = 0 ] || status=1
   echo "--- SGLang $v tests took $(( $(date +%s) - start ))s"
   fg_time test "sglang-$v" "$(( $(date +%s) - start ))" "exit=$rc"
-  if [ "${FLASHINFER_GUARD_KEEP_ENVS:-0}" != "1" ] && [ "$(free_gb "$envs")" -lt 40 ]; then
-    echo "--- removing $envs/sglang-$v (less than 40 GB free)"
+  if [ "${FLASHINFER_GUARD_KEEP_ENVS:-0}" != "1" ] && [ "$(free_gb "$envs")" -lt 12 ]; then
+    echo "--- removing $envs/sglang-$v (less than 12 GB free)"
     rm -rf "$envs/sglang-$v"
   fi
 done
