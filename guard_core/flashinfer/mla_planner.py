@@ -189,6 +189,87 @@ def kv_len_limit_of(total_kv_lens: int, num_clusters: int) -> int:
     return _cdiv(x, 256) * 256
 
 
+def _cluster_size(qo: list, bs: int, num_heads: int) -> tuple[int, int]:
+    """Step 0: (average packed query length, cluster size), in MLAPlan's int arithmetic."""
+    accum = 0
+    for i in range(bs):
+        if qo[i + 1] - qo[i] < 0:
+            raise PlannerError(f"qo_indptr[{i + 1}]{qo[i + 1]} - qo_indptr[{i}]{qo[i]} "
+                               "should be non-negative")
+        accum = _i32(accum + _i32((qo[i + 1] - qo[i]) * num_heads))
+    avg = _i32((accum & _U32) // bs)  # int / uint32_t: the int is converted to unsigned
+    return avg, 2 if avg > 64 else 1
+
+
+class _Walk:
+    """Step 1 of MLAPlan: tiles and KV chunks in its order (which cluster takes a work is the
+    cost heap's choice and changes neither the count nor the layout)."""
+
+    def __init__(self, qo, kvl, kvi, num_heads, causal, ctq, cluster_size, limit, want_works):
+        self.qo, self.kvl, self.kvi, self.h, self.causal = qo, kvl, kvi, num_heads, causal
+        self.ctq, self.cluster_size, self.limit = ctq, cluster_size, limit
+        self.tiles: list = []
+        self.works: list | None = [] if want_works else None
+        self.total_works = self.merge = self.partial_rows = 0
+
+    def run(self) -> _Walk:
+        for i in range(len(self.kvl)):
+            qo_len = self.qo[i + 1] - self.qo[i]
+            packed = qo_len * self.h
+            n_tiles = _cdiv(packed, self.ctq)
+            for t in range(n_tiles - 1, -1, -1):
+                rem = _remaining(self.causal, qo_len, self.kvl[i], t, self.ctq, n_tiles, self.h)
+                self._tile(i, t, rem, min(self.ctq, packed - t * self.ctq), qo_len)
+        return self
+
+    def _tile(self, i: int, t: int, rem: int, row_tile: int, qo_len: int) -> None:
+        limit = self.limit
+        split = rem > limit
+        tile_merge = 0
+        if split:
+            chunks = max(_i32(rem * self.cluster_size) // limit, 1)
+            tile_merge = _cdiv(row_tile, _cdiv(row_tile, chunks))
+        n_works = 1 if rem == 0 else (_cdiv(rem, limit) if rem > 0 else 0)
+        if self.works is not None:
+            kv_start = 0
+            for _ in range(n_works):
+                actual = min(rem - kv_start, limit) if rem > 0 else 0
+                self.works.append((self.qo[i], self.kvi[i], self.partial_rows if split else -1, qo_len,
+                                   self.kvl[i], t * self.ctq, kv_start, kv_start + actual))
+                if split:
+                    self.partial_rows += row_tile
+                kv_start += actual
+        elif split:
+            self.partial_rows += row_tile * n_works
+        self.merge += tile_merge
+        self.total_works += n_works
+        self.tiles.append(MLATile(i, t, rem, row_tile, n_works, split, tile_merge))
+
+
+def _remaining(causal: bool, qo_len: int, kv_len: int, t: int, ctq: int, n_tiles: int, h: int) -> int:
+    if causal:
+        return packed_causal_kv_end(qo_len, kv_len, t, ctq, n_tiles, h)
+    return kv_len
+
+
+def _layout(cap: int, num_sm: int, num_clusters: int, ctq: int, head_dim_o: int) -> tuple:
+    """(allocations, int bytes, float bytes) in MLAPlan's allocation order."""
+    allocs: list[Allocation] = []
+    used = 0
+    for name, per_work in INT_ARRAYS:
+        size = ID_BYTES * (cap if per_work else num_sm)
+        used = _cdiv(used, 16) * 16
+        allocs.append(Allocation(name, "int", size, 16, used))
+        used += size
+    fused = 0
+    for name, size in (("mla_partial_o", 2 * num_clusters * ctq * SIZEOF_DTYPE_O * head_dim_o),
+                       ("mla_partial_lse", 2 * num_clusters * ctq * 4)):
+        fused = _cdiv(fused, 16) * 16
+        allocs.append(Allocation(name, "float", size, 16, fused))
+        fused += size
+    return tuple(allocs), used, fused
+
+
 def mla_plan(
     version: str,
     qo_indptr: Sequence[int],
@@ -215,98 +296,35 @@ def mla_plan(
     bs = len(qo_indptr) - 1 if batch_size is None else int(batch_size)
     if bs <= 0:
         raise PlannerError("MLAPlan divides by batch_size; batch_size must be > 0")
-    num_heads = int(num_heads)
-    num_sm = int(num_sms)
+    num_heads, num_sm = int(num_heads), int(num_sms)
     qo = [int(x) for x in qo_indptr[:bs + 1]]
     kvl = [int(x) for x in kv_len_arr[:bs]]
     kvi = [int(x) for x in kv_indptr[:bs + 1]] if kv_indptr is not None else [0] * (bs + 1)
 
-    # step 0: cluster size from the average packed query length (int arithmetic)
-    accum = 0
-    for i in range(bs):
-        if qo[i + 1] - qo[i] < 0:
-            raise PlannerError(f"qo_indptr[{i + 1}]{qo[i + 1]} - qo_indptr[{i}]{qo[i]} "
-                               "should be non-negative")
-        accum = _i32(accum + _i32((qo[i + 1] - qo[i]) * num_heads))
-    avg = _i32((accum & _U32) // bs)  # int / uint32_t: the int is converted to unsigned
-    cluster_size = 2 if avg > 64 else 1
+    avg, cluster_size = _cluster_size(qo, bs, num_heads)
     num_clusters = num_sm // cluster_size
     if num_clusters <= 0:
         raise PlannerError(f"num_sms {num_sm} gives no cluster of {cluster_size} CTAs")
     ctq = cluster_size * CTA_TILE_Q
-
-    def remaining_of(qo_len: int, kv_len: int, t: int, n_tiles: int) -> int:
-        if causal:
-            return packed_causal_kv_end(qo_len, kv_len, t, ctq, n_tiles, num_heads)
-        return kv_len
-
     total_kv = 0
     for i in range(bs):
         qo_len = qo[i + 1] - qo[i]
         n_tiles = _cdiv(qo_len * num_heads, ctq)
         for t in range(n_tiles - 1, -1, -1):
-            total_kv += remaining_of(qo_len, kvl[i], t, n_tiles)
+            total_kv += _remaining(causal, qo_len, kvl[i], t, ctq, n_tiles, num_heads)
     limit = kv_len_limit_of(total_kv, num_clusters)
-
-    # step 1: tiles and KV chunks, in MLAPlan's order (which cluster takes a work is the
-    # cost heap's choice and changes neither the count nor the layout)
-    tiles = []
-    works = [] if want_works else None
-    total_works = merge = partial_rows = 0
-    for i in range(bs):
-        qo_len = qo[i + 1] - qo[i]
-        kv_len = kvl[i]
-        packed = qo_len * num_heads
-        n_tiles = _cdiv(packed, ctq)
-        for t in range(n_tiles - 1, -1, -1):
-            rem = remaining_of(qo_len, kv_len, t, n_tiles)
-            split = rem > limit
-            row_tile = min(ctq, packed - t * ctq)
-            tile_merge = 0
-            if split:
-                chunks = max(_i32(rem * cluster_size) // limit, 1)
-                row_chunk = _cdiv(row_tile, chunks)
-                tile_merge = _cdiv(row_tile, row_chunk)
-            n_works = 1 if rem == 0 else (_cdiv(rem, limit) if rem > 0 else 0)
-            if works is not None:
-                kv_start = 0
-                for _ in range(n_works):
-                    actual = min(rem - kv_start, limit) if rem > 0 else 0
-                    works.append((qo[i], kvi[i], partial_rows if split else -1, qo_len, kv_len,
-                                  t * ctq, kv_start, kv_start + actual))
-                    if split:
-                        partial_rows += row_tile
-                    kv_start += actual
-            elif split:
-                partial_rows += row_tile * n_works
-            merge += tile_merge
-            total_works += n_works
-            tiles.append(MLATile(i, t, rem, row_tile, n_works, split, tile_merge))
-    if merge > num_sm:
+    w = _Walk(qo, kvl, kvi, num_heads, causal, ctq, cluster_size, limit, want_works).run()
+    if w.merge > num_sm:
         raise PlannerError("Internal Error: merge_cta_counter should be less than or equal to "
                            "num_sm, please report this bug to the developers")
-
-    allocs: list[Allocation] = []
-    used = 0
-    for name, per_work in INT_ARRAYS:
-        size = ID_BYTES * (cap if per_work else num_sm)
-        used = _cdiv(used, 16) * 16
-        allocs.append(Allocation(name, "int", size, 16, used))
-        used += size
-    int_bytes = used
-    fused = 0
-    for name, size in (("mla_partial_o", 2 * num_clusters * ctq * SIZEOF_DTYPE_O * int(head_dim_o)),
-                       ("mla_partial_lse", 2 * num_clusters * ctq * 4)):
-        fused = _cdiv(fused, 16) * 16
-        allocs.append(Allocation(name, "float", size, 16, fused))
-        fused += size
+    allocs, int_bytes, float_bytes = _layout(cap, num_sm, num_clusters, ctq, int(head_dim_o))
     return MLAPlanResult(
         version=version, family=fam, capacity=cap, num_sms=num_sm, cluster_size=cluster_size,
         num_clusters=num_clusters, cluster_tile_q=ctq, avg_packed_qo_len=avg,
-        total_kv_lens=total_kv, kv_len_limit=limit, total_num_works=total_works,
-        merge_ctas=merge, partial_rows=partial_rows, tiles=tuple(tiles),
-        allocations=tuple(allocs), int_bytes=int_bytes, float_bytes=fused,
-        works=tuple(works) if works is not None else None)
+        total_kv_lens=total_kv, kv_len_limit=limit, total_num_works=w.total_works,
+        merge_ctas=w.merge, partial_rows=w.partial_rows, tiles=tuple(w.tiles),
+        allocations=allocs, int_bytes=int_bytes, float_bytes=float_bytes,
+        works=tuple(w.works) if w.works is not None else None)
 
 
 def run_mla_planner(version: str, params: dict) -> dict:
