@@ -39,4 +39,9 @@ CUDA-core ``DecodePlan`` (identical code in all seven, the 0.6.16 MATERIALIZE re
     error ("Unsupported group_size: N").
 
 ``PrefillSM90Plan`` and heap.h: byte-identical in all seven releases.
+
+``MLAPlan`` (test_mla_conformance.py, docs/mla-guard.md)
+  * body byte-identical 0.5.0..0.6.16 and 0.7.0.post1..0.7.4; 0.7.0 adds the output
+    ``size_t& staged_int_workspace_bytes`` and drops its own cudaMemcpyAsync (FIG_MLA_STAGED).
+  * ``int max_total_num_works = 16384`` in all seven, never compared with total_num_works.
 """

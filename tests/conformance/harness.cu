@@ -10,6 +10,7 @@
 //     DISPATCH_GQA_GROUP_SIZE exactly like csrc/batch_decode.cu does (HEAD_DIM is a JIT
 //     constant there; this harness instantiates 64/96/128/192/256/512, real-CUDA build 64/128/256)
 //   PrefillSM90Plan<int32_t>        (FA3 planner, int buffer only)
+//   MLAPlan<int32_t>                (the MLA planner; FA2 and FA3 MLA plans both call it)
 //
 // How allocations are read: scheduler.cuh allocates through flashinfer::AlignedAllocator. Before
 // including scheduler.cuh we define a subclass FigTracingAllocator whose aligned_alloc_offset()
@@ -39,6 +40,8 @@
 //   FIG_HAS_UNIFORM    PrefillPlan takes uniform_q_len             (0.6.16+)
 //   FIG_HAS_FIXED_UNIFORM PrefillPlan takes fixed_uniform_q_len    (0.7.4+)
 //   FIG_HAS_KV_DTYPE   PrefillPlan takes kv_dtype_bytes            (0.7.0+)
+//   FIG_HAS_MLA        scheduler.cuh has MLAPlan                   (every pinned release)
+//   FIG_MLA_STAGED     MLAPlan returns staged_int_workspace_bytes instead of copying (0.7.0+)
 //
 // Protocol: one JSON object per stdin line
 //   {"id": str, "planner": "prefill"|"decode"|"sm90", "params": {...}, "verify": bool?}
@@ -64,6 +67,11 @@
 // it the request's max_threads_per_sm, max_blocks_per_sm, reserved_smem_per_block (1024),
 // max_smem_per_sm. Registers are not known without the compiled kernel, so this is an upper
 // bound (the occupancy calculator's threads/blocks/shared-memory limits).
+// planner "mla" (FIG_HAS_MLA): MLAPlan with qo_indptr, kv_indptr (pages; only copied), kv_len_arr,
+// batch_size, num_heads (128), head_dim_o (512), causal (true), num_sms; replies also
+// total_num_works, cluster_size, num_clusters, merge_ctas, stride (the per-work array stride,
+// max_total_num_works) and, with "want_works": true, works_valid, work_indptr and works (one
+// [q_indptr, kv_indptr, partial_indptr, q_len, kv_len, q_start, kv_start, kv_end] per work).
 // planner "prefill_workspace_size" (FIG_HAS_WS_SIZE, FlashInfer >= 0.7.0): FlashInfer's own
 // PrefillPlanWorkspaceSize (the size-only planner behind the wrappers' workspace_size(), PR
 // #3741) with the prefill params; replies float_workspace_size, int_workspace_size.
@@ -432,6 +440,9 @@ struct Result {
   std::vector<std::pair<std::string, long long>> plan_offsets;  // name -> plan_info offset
   std::vector<int64_t> plan_info;  // the planner's plan_info.ToVector(), what plan() returns
   std::vector<Alloc> allocs;
+  std::vector<std::pair<std::string, long long>> extras;  // planner-specific numbers (MLA)
+  std::string extra_json;                                 // planner-specific arrays (MLA works)
+  long long staged_bytes = -1;  // MLAPlan >= 0.7.0: staged_int_workspace_bytes it returns
 };
 
 static void set_device(const Params& P) {
@@ -689,6 +700,101 @@ static std::string run_sm90(const Params& P, Sizes sz, Result& R) {
   return "";
 }
 
+// MLAPlan<int32_t> (csrc/batch_mla_plan.cu, csrc/batch_mla_sm90_plan.cu). Nothing is recomputed:
+// the works count is the tail of the work_indptr array FlashInfer wrote to the page-locked int
+// buffer (work_indptr[num_blks_y], written last, so intact even when the per-work arrays of
+// stride max_total_num_works spill into each other); the merge CTAs are the non-zero entries of
+// mla_merge_partial_stride (num_sm entries, each a row tile size > 0, written after the spilling
+// arrays before it). With "want_works": the per-work arrays as FlashInfer laid them out (only
+// meaningful while total_num_works <= the stride; the reply says so).
+#ifdef FIG_HAS_MLA
+static std::string run_mla(const Params& P, Sizes sz, Result& R) {
+  auto qo = P.arr("qo_indptr");
+  auto kv = P.arr("kv_indptr");
+  auto kvlen = P.arr("kv_len_arr");
+  uint32_t batch_size = (uint32_t)P.i("batch_size", qo.empty() ? 0 : (long long)qo.size() - 1);
+  if (batch_size == 0)
+    throw std::runtime_error("harness: MLAPlan divides by batch_size; batch_size must be > 0");
+  if (kv.empty()) kv.assign(batch_size + 1, 0);
+  if (qo.size() < batch_size + 1 || kv.size() < batch_size + 1 || kvlen.size() < batch_size)
+    throw std::runtime_error("harness: qo_indptr/kv_indptr/kv_len_arr shorter than batch_size");
+  uint32_t num_heads = (uint32_t)P.i("num_heads", 128);
+  uint32_t head_dim_o = (uint32_t)P.i("head_dim_o", 512);
+  bool causal = P.b("causal", true);
+  flashinfer::MLAPlanInfo info;
+  size_t staged = 0;
+  (void)staged;
+  cudaError_t st = flashinfer::MLAPlan<int32_t>(
+      g_float_base, sz.float_bytes, g_int_dev, g_int_host, sz.int_bytes, info,
+#ifdef FIG_MLA_STAGED
+      staged,
+#endif
+      qo.data(), kv.data(), kvlen.data(), batch_size, num_heads, head_dim_o, causal,
+      /*stream=*/nullptr);
+  if (st != cudaSuccess) return std::string("MLAPlan returned ") + cudaGetErrorString(st);
+#ifdef FIG_MLA_STAGED
+  R.staged_bytes = (long long)staged;
+#endif
+  R.plan_info = info.ToVector();
+  R.plan_offsets = {{"mla_q_indptr", info.q_indptr_offset},
+                    {"mla_kv_indptr", info.kv_indptr_offset},
+                    {"mla_partial_indptr", info.partial_indptr_offset},
+                    {"mla_merge_packed_offset_start", info.merge_packed_offset_start_offset},
+                    {"mla_merge_packed_offset_end", info.merge_packed_offset_end_offset},
+                    {"mla_merge_partial_packed_offset_start", info.merge_partial_packed_offset_start_offset},
+                    {"mla_merge_partial_packed_offset_end", info.merge_partial_packed_offset_end_offset},
+                    {"mla_merge_partial_stride", info.merge_partial_stride_offset},
+                    {"mla_q_len", info.q_len_offset},
+                    {"mla_kv_len", info.kv_len_offset},
+                    {"mla_q_start", info.q_start_offset},
+                    {"mla_kv_start", info.kv_start_offset},
+                    {"mla_kv_end", info.kv_end_offset},
+                    {"mla_work_indptr", info.work_indptr_offset},
+                    {"mla_partial_o", info.partial_o_offset},
+                    {"mla_partial_lse", info.partial_lse_offset}};
+  const int32_t* host = (const int32_t*)g_int_host;
+  long long num_clusters = info.num_blks_y;
+  const int32_t* work_indptr = host + info.work_indptr_offset / 4;
+  std::string bad;
+  if (work_indptr[0] != 0) bad += "work_indptr[0] != 0; ";
+  for (long long c = 0; c < num_clusters; ++c)
+    if (work_indptr[c + 1] < work_indptr[c]) bad += "work_indptr decreases; ";
+  long long works = work_indptr[num_clusters];
+  long long stride = (info.kv_indptr_offset - info.q_indptr_offset) / 4;
+  int num_sm = g_dev.num_sms;
+  long long merge = 0;
+  const int32_t* mstride = host + info.merge_partial_stride_offset / 4;
+  for (int k = 0; k < num_sm; ++k)
+    if (mstride[k] != 0) ++merge;
+  if (!bad.empty()) throw std::runtime_error("HARNESS CROSS-CHECK FAILED: " + bad);
+  R.extras = {{"total_num_works", works},
+              {"cluster_size", info.num_blks_x},
+              {"num_clusters", num_clusters},
+              {"merge_ctas", merge},
+              {"stride", stride}};
+  bool want = P.b("want_works", false);
+  if (want) {
+    std::ostringstream o;
+    o << ",\"works_valid\":" << (works <= stride ? "true" : "false") << ",\"work_indptr\":[";
+    for (long long c = 0; c <= num_clusters; ++c) o << (c ? "," : "") << work_indptr[c];
+    o << "],\"works\":[";
+    if (works <= stride) {
+      const int64_t offs[8] = {info.q_indptr_offset, info.kv_indptr_offset, info.partial_indptr_offset,
+                               info.q_len_offset,    info.kv_len_offset,    info.q_start_offset,
+                               info.kv_start_offset, info.kv_end_offset};
+      for (long long w = 0; w < works; ++w) {
+        o << (w ? ",[" : "[");
+        for (int k = 0; k < 8; ++k) o << (k ? "," : "") << host[offs[k] / 4 + w];
+        o << "]";
+      }
+    }
+    o << "]";
+    R.extra_json = o.str();
+  }
+  return "";
+}
+#endif  // FIG_HAS_MLA
+
 static Result run_once(const std::string& planner, const Params& P, Sizes sz) {
   Result R;
   g_trace.clear();
@@ -698,6 +804,9 @@ static Result run_once(const std::string& planner, const Params& P, Sizes sz) {
     if (planner == "prefill") err = run_prefill(P, sz, R);
     else if (planner == "decode") err = run_decode(P, sz, R);
     else if (planner == "sm90") err = run_sm90(P, sz, R);
+#ifdef FIG_HAS_MLA
+    else if (planner == "mla") err = run_mla(P, sz, R);
+#endif
     else throw std::runtime_error("harness: unknown planner '" + planner + "'");
     if (!err.empty()) { R.ok = false; R.error = err; }
   } catch (const flashinfer::Error& e) {
@@ -816,6 +925,8 @@ static std::string handle(const JVal& req) {
       uint64_t ib = total_of(R.allocs, "int");
       if (g_memcpy_bytes >= 0 && (uint64_t)g_memcpy_bytes != ib)
         bad += "int total " + std::to_string(ib) + " != bytes copied " + std::to_string(g_memcpy_bytes) + "; ";
+      if (R.staged_bytes >= 0 && (uint64_t)R.staged_bytes != ib)
+        bad += "int total " + std::to_string(ib) + " != staged bytes " + std::to_string(R.staged_bytes) + "; ";
       for (auto& po : R.plan_offsets) {
         for (auto& a : R.allocs)
           if (a.name == po.first && (long long)a.offset != po.second)
@@ -858,6 +969,8 @@ static std::string handle(const JVal& req) {
   else out << ",\"cta_tile_q\":null";
   if (R.split_kv >= 0) out << ",\"split_kv\":" << (R.split_kv ? "true" : "false");
   else out << ",\"split_kv\":null";
+  for (auto& kv : R.extras) out << ",\"" << kv.first << "\":" << kv.second;
+  out << R.extra_json;
   out << ",\"plan_info\":[";
   for (size_t k = 0; k < R.plan_info.size(); ++k) out << (k ? "," : "") << R.plan_info[k];
   out << "]";

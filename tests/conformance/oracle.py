@@ -24,7 +24,7 @@ Public API::
     build_many(versions) -> dict[str, Path]         # same, compiles in parallel processes
     signature_features(version) -> dict[str, bool]
 
-Requests are ``{"id": str, "planner": "prefill"|"decode"|"sm90", "params": {...}}`` (see
+Requests are ``{"id": str, "planner": "prefill"|"decode"|"sm90"|"mla", "params": {...}}`` (see
 harness.cu for every parameter and its default). Replies are ``{"id", "ok": True, "float_bytes",
 "int_bytes", "padded_batch_size", "cta_tile_q", "split_kv", "allocations": [{"name", "buffer",
 "bytes", "align", "offset"}, ...]}`` or ``{"id", "ok": False, "error": str}``.
@@ -229,6 +229,7 @@ def features_of(text: str) -> dict:
               if p.strip()}
     params = {p.split("=")[0].strip() for p in params}
     sig90 = _function_signature(text, "PrefillSM90Plan")
+    sig_mla = _function_signature(text, "MLAPlan") if "inline cudaError_t MLAPlan" in text else ""
     return {
         "num_colocated_ctas": "num_colocated_ctas" in params,
         "uniform_q_len": "uniform_q_len" in params,
@@ -237,6 +238,9 @@ def features_of(text: str) -> dict:
         "sm90_signature_known": "kv_len_arr_h" in sig90 and "staged" not in sig90,
         # FlashInfer's size-only planner behind the wrappers' workspace_size() (PR #3741)
         "workspace_size": "PrefillPlanWorkspaceSize" in text,
+        # MLAPlan hands the int bytes to stage back (0.7.0+) instead of copying them itself
+        "mla_plan": bool(sig_mla),
+        "mla_staged": "staged_int_workspace_bytes" in sig_mla,
     }
 
 
@@ -253,7 +257,8 @@ def flags_for(rdir: Path, feats: dict, real_cuda: bool = False, label: str = "")
     flags = ["-std=c++17", "-O1", "-w", "-Xcompiler", "-w"]
     macro = {"num_colocated_ctas": "FIG_HAS_COLOCATED", "uniform_q_len": "FIG_HAS_UNIFORM",
              "fixed_uniform_q_len": "FIG_HAS_FIXED_UNIFORM", "kv_dtype_bytes": "FIG_HAS_KV_DTYPE",
-             "workspace_size": "FIG_HAS_WS_SIZE"}
+             "workspace_size": "FIG_HAS_WS_SIZE", "mla_plan": "FIG_HAS_MLA",
+             "mla_staged": "FIG_MLA_STAGED"}
     for key, m in macro.items():
         if feats.get(key):
             flags.append(f"-D{m}")
