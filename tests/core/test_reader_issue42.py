@@ -177,6 +177,16 @@ def test_gemma4_per_layer_config_as_transformers_saves_it():
                          512, 512, t["layer_types"].count("full_attention"), None)]
 
 
+def test_gemma4_resaved_by_transformers():
+    # tests/data/model_configs/gemma-4-26B-A4B.json loaded and saved again by transformers 5.20.2
+    # (ci/make_published_configs.py): the same shape as resaved_gemma4 above, written by transformers
+    c = cfg("gemma-4-26B-A4B-resaved")
+    t = c["text_config"]
+    assert "global_head_dim" not in t and t["per_layer_config"]["05"] == {"head_dim": 512, "num_key_value_heads": 2}
+    assert keys("gemma-4-26B-A4B-resaved") == gemma4_expected(t, 512, 2)  # main: full layers 16/8/256
+    assert resaved_gemma4(cfg("gemma-4-26B-A4B", CORPUS))[0]["text_config"]["per_layer_config"] == t["per_layer_config"]
+
+
 def test_per_layer_config_is_read_on_any_model():
     # transformers 5.20.2 PreTrainedConfig reads per_layer_config on every config class
     # (configuration_utils.py:493-508); a layer's value is its override, else the whole model's
