@@ -122,9 +122,9 @@ def scoped_reader(cfg: dict, name: str = "config.json"):
 
     The rule (issue 42 item 6): a value the file states wins over any default, at the level where
     the file states it; transformers' declared defaults fill only what the file leaves out. So
-    ``raw`` looks, level by level: the text sub-config as stated, then (where the text model sits
-    in a sub-config) the top level as stated, then the text sub-config's declared defaults, then
-    the top level's; at each level the keys in the order given. A multimodal config in the legacy
+    ``raw`` looks, for each key in the order given: in the text sub-config as stated, then (where
+    the text model sits in a sub-config) at the top level as stated, then in the text
+    sub-config's declared defaults, then the top level's. A multimodal config in the legacy
     flat layout (Qwen2-VL's published config.json: the text fields at the top level, no
     ``text_config``) is read from its top level, as transformers 5.20.2 builds its text config
     from those fields (models/qwen2_vl/configuration_qwen2_vl.py:171-179, "Hub configs are saved
@@ -141,8 +141,12 @@ def scoped_reader(cfg: dict, name: str = "config.json"):
     levels = (_walk(stated, path), stated, text_filled, filled) if path else (stated, filled)
 
     def raw(*keys):
-        for level in levels:
-            for k in keys:
+        # key by key (vLLM's getattr_iter over CONFIG_FIELD_ALIASES, vllm 0.33 config/utils.py:132, is
+        # key-major over a config with its class's defaults filled): a spelling the class itself
+        # does not read (FalconConfig in transformers 5.20.2 declares num_attention_heads and maps no
+        # n_head, configuration_falcon.py:69) does not beat the class's own field
+        for k in keys:
+            for level in levels:
                 if level.get(k) is not None:
                     return level[k]
         return None
