@@ -87,11 +87,39 @@ PUBLISHED = {
         "model_type": "jamba", "num_attention_heads": 32, "num_experts": 16, "num_experts_per_tok": 2,
         "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "torch_dtype": "bfloat16",
         "use_mamba_kernels": True, "vocab_size": 65536}),
+    # issue 42 item 6 (written out from the published values with no network access, not downloaded)
+    "Qwen2-VL-7B-Instruct": ("Qwen/Qwen2-VL-7B-Instruct", {
+        "architectures": ["Qwen2VLForConditionalGeneration"], "attention_dropout": 0.0, "bos_token_id": 151643,
+        "eos_token_id": 151645, "vision_start_token_id": 151652, "vision_end_token_id": 151653,
+        "vision_token_id": 151654, "image_token_id": 151655, "video_token_id": 151656, "hidden_act": "silu",
+        "hidden_size": 3584, "initializer_range": 0.02, "intermediate_size": 18944,
+        "max_position_embeddings": 32768, "max_window_layers": 28, "model_type": "qwen2_vl",
+        "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4, "rms_norm_eps": 1e-06,
+        "rope_theta": 1000000.0, "sliding_window": 32768, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        "transformers_version": "4.41.2", "use_cache": True, "use_sliding_window": False,
+        "vision_config": {"depth": 32, "embed_dim": 1280, "mlp_ratio": 4, "num_heads": 16, "in_chans": 3,
+                          "hidden_size": 3584, "patch_size": 14, "spatial_merge_size": 2, "spatial_patch_size": 14,
+                          "temporal_patch_size": 2},
+        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}, "vocab_size": 152064},
+        "the legacy flat layout: the text model's fields at the top level, only vision_config nested, no "
+        "text_config (issue 42 item 6: read as the nested text_config defaults, 64 q / 8 kv heads x 80 layers)"),
+    "starcoder": ("bigcode/starcoder", {
+        "activation_function": "gelu_pytorch_tanh", "architectures": ["GPTBigCodeForCausalLM"],
+        "attention_softmax_in_fp32": True, "attn_pdrop": 0.1, "bos_token_id": 0, "embd_pdrop": 0.1,
+        "eos_token_id": 0, "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "gpt_bigcode",
+        "multi_query": True, "n_embd": 6144, "n_head": 48, "n_inner": 24576, "n_layer": 40, "n_positions": 8192,
+        "resid_pdrop": 0.1, "scale_attention_softmax_in_fp32": True, "scale_attn_weights": True,
+        "torch_dtype": "float32", "transformers_version": "4.28.1", "use_cache": True, "vocab_size": 49152},
+        "GPT-BigCode, multi_query true: one KV head (issue 42 item 6); the published file's runtime-only keys "
+        "(inference_runner, max_batch_size, pad_key_length, ...) left out"),
 }
+# where a PUBLISHED entry's text was written out without network access (so the manifest says it)
+OFFLINE = " Written out from the published values without network access here, not downloaded."
 
-# corpus files re-saved by the installed transformers (layers_block_type, filled layer_types ...)
+# corpus files re-saved by the installed transformers (layers_block_type, filled layer_types ...;
+# Gemma 4: global_head_dim / num_global_key_value_heads become per_layer_config)
 RESAVED = ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "Nemotron-H-56B-Base-8K", "gemma-2-9b", "Qwen2-7B-Instruct",
-           "Mistral-7B-Instruct-v0.2", "Llama-4-Scout-17B-16E-Instruct")
+           "Mistral-7B-Instruct-v0.2", "Llama-4-Scout-17B-16E-Instruct", "gemma-4-26B-A4B")
 
 # (file name, model type, architecture, extra fields, why it is here)
 DEFAULTS = (
@@ -114,6 +142,11 @@ DEFAULTS = (
      "no Laguna config.json is available offline here)"),
     ("deepseek_v2-lite-defaults", "deepseek_v2", "DeepseekV2ForCausalLM", {},
      "DeepseekV2Config: kv_lora_rank 512 by default, so MLA"),
+    ("gpt_bigcode-defaults", "gpt_bigcode", "GPTBigCodeForCausalLM", {},
+     "GPTBigCodeConfig: multi_query defaults to true, so one KV head with nothing stated"),
+    ("gemma4-text-defaults", "gemma4_text", "Gemma4ForCausalLM", {},
+     "Gemma4TextConfig: full-attention layers take global_head_dim 512 (a __post_init__ keyword default, "
+     "not a declared field) over head_dim 256; layer_types every 6th layer and the last full"),
 )
 
 
@@ -132,9 +165,11 @@ def main() -> int:
 
     os.makedirs(OUT, exist_ok=True)
     manifest = {}
-    for name, (src, cfg) in PUBLISHED.items():
+    for name, (src, cfg, *why) in PUBLISHED.items():
         manifest[name] = {"kind": "published", "source": f"https://huggingface.co/{src}/blob/main/config.json"
                           if " " not in src else src}
+        if why:
+            manifest[name]["why"] = why[0].rstrip(".") + "." + OFFLINE
         _write(name, cfg)
     for name in RESAVED:
         with open(os.path.join(CORPUS, name + ".json"), encoding="utf-8") as fh:

@@ -86,52 +86,86 @@ def _int(v, what: str, name: str, lo: int = 1, hi: int = 1 << 20):
     raise GroupsError(f"{name}: {what} must be an integer from {lo} to {hi}, got {v!r}"[:300])
 
 
-def text_scope(cfg: dict, name: str = "config.json") -> tuple[dict, dict | None]:
-    """(the text model's config, the defaults of its model type or None)."""
-    for sub in ("text_config", "llm_config", "language_config", "thinker_config"):
+_TEXT_SUBS = ("text_config", "llm_config", "language_config", "thinker_config")
+
+
+def _text_path(cfg: dict, name: str) -> tuple[str, ...]:
+    """The keys from the top level to the text model's config in ``cfg`` (``()``: the top level)."""
+    for sub in _TEXT_SUBS:
         v = cfg.get(sub)
         if v is None:
             continue
         if not isinstance(v, dict):
             raise GroupsError(f"{name}: {sub} must be an object")
+        path: tuple[str, ...] = (sub,)
         if sub == "thinker_config" and isinstance(v.get("text_config"), dict):
-            v = v["text_config"]
+            v, path = v["text_config"], (sub, "text_config")
         if v:
-            return v, None
-    return cfg, None
+            return path
+    return ()
 
 
-def _raw_reader(cfg: dict, text: dict, defaults: dict | None):
-    """``raw(*keys)``: the first key set in the text scope, then its defaults, then the top level."""
+def _walk(cfg: dict, path: tuple[str, ...]) -> dict:
+    for k in path:
+        cfg = cfg.get(k) if isinstance(cfg, dict) else None
+    return cfg if isinstance(cfg, dict) else {}
+
+
+def text_scope(cfg: dict, name: str = "config.json") -> tuple[dict, dict | None]:
+    """(the text model's config, the defaults of its model type or None)."""
+    return _walk(cfg, _text_path(cfg, name)), None
+
+
+def scoped_reader(cfg: dict, name: str = "config.json"):
+    """(``raw(*keys)``, the text model's config with defaults filled, the whole config with defaults
+    filled) for ``cfg`` as the file states it.
+
+    The rule (issue 42 item 6): a value the file states wins over any default, at the level where
+    the file states it; transformers' declared defaults fill only what the file leaves out. So
+    ``raw`` looks, for each key in the order given: in the text sub-config as stated, then (where
+    the text model sits in a sub-config) at the top level as stated, then in the text
+    sub-config's declared defaults, then the top level's. A multimodal config in the legacy
+    flat layout (Qwen2-VL's published config.json: the text fields at the top level, no
+    ``text_config``) is read from its top level, as transformers 5.20.2 builds its text config
+    from those fields (models/qwen2_vl/configuration_qwen2_vl.py:171-179, "Hub configs are saved
+    as flat dicts") and vLLM 0.33 reads that text config (transformers_utils/config.py:1258-1272,
+    get_hf_text_config); the declared defaults of the nested ``text_config`` (Qwen2VLTextConfig:
+    64 heads, 8 KV heads, 80 layers) fill only what neither level states. The text sub-config is
+    the one the file states (``text_config``, ``llm_config``, ``language_config``,
+    ``thinker_config.text_config``), else the one its class declares (a ``text_config`` the file
+    leaves empty is no text model of its own)."""
+    stated = cfg
+    filled = fill_defaults(cfg)
+    path = _text_path(stated, name) or _text_path(filled, name)
+    text_filled = _walk(filled, path)
+    levels = (_walk(stated, path), stated, text_filled, filled) if path else (stated, filled)
+
     def raw(*keys):
+        # key by key (vLLM's getattr_iter over CONFIG_FIELD_ALIASES, vllm 0.33 config/utils.py:132, is
+        # key-major over a config with its class's defaults filled): a spelling the class itself
+        # does not read (FalconConfig in transformers 5.20.2 declares num_attention_heads and maps no
+        # n_head, configuration_falcon.py:69) does not beat the class's own field
         for k in keys:
-            if text.get(k) is not None:
-                return text[k]
-        if defaults:
-            for k in keys:
-                if defaults.get(k) is not None:
-                    return defaults[k]
-        if text is not cfg:
-            for k in keys:
-                if cfg.get(k) is not None:
-                    return cfg[k]
+            for level in levels:
+                if level.get(k) is not None:
+                    return level[k]
         return None
 
-    return raw
+    return raw, text_filled, filled
 
 
 def read_config(cfg: dict, name: str = "config.json") -> ModelGroups:
     """The attention groups of a published config.json, as the servers read it.
 
-    What the config leaves out is taken from transformers' declared defaults for its model
-    type first (``fill_defaults``), as vLLM's config loading does."""
+    What the file states wins at the level where it states it; what it leaves out is taken from
+    transformers' declared defaults for its model type (``fill_defaults``, ``scoped_reader``), as
+    vLLM's config loading does. Each layer carries its own shape (``per_layer_config``, Gemma 4's
+    ``global_head_dim``: ``_per_layer_overrides``)."""
     if not isinstance(cfg, dict):
         raise GroupsError(f"{name}: not a JSON object")
-    cfg = fill_defaults(cfg)
-    text, defaults = text_scope(cfg, name)
+    raw, text, cfg = scoped_reader(cfg, name)
     archs = cfg.get("architectures") or text.get("architectures") or ["?"]
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else "?"
-    raw = _raw_reader(cfg, text, defaults)
 
     model_type = text.get("model_type") or cfg.get("model_type") or ""
     # heads: num_attention_heads, or the GPT-2/Falcon/BLOOM spelling n_head that transformers'
@@ -172,6 +206,7 @@ def read_config(cfg: dict, name: str = "config.json") -> ModelGroups:
 
     kinds = _layer_kinds(text, cfg, raw, model_type, layers, window, name)
     per_layer_q = _per_layer_heads(raw, len(kinds), name)
+    overrides = _per_layer_overrides(raw, model_type, kinds, name)
     groups: list[AttentionGroup] = []
     other: dict[str, int] = {}
     for i, k in enumerate(kinds):
@@ -179,21 +214,42 @@ def read_config(cfg: dict, name: str = "config.json") -> ModelGroups:
             other[k] = other.get(k, 0) + 1
             continue
         q = per_layer_q[i] if per_layer_q else heads
-        groups.append(_layer_group(k, raw, name, model_type, q, kv, hd, vdim, window, sinks))
+        lk, lq, lkv, lhd, lvd, lwin = _layer_shape(overrides.get(i), k, name, q, kv, hd, vdim, window,
+                                                   raw("v_head_dim") not in (None, 0))
+        groups.append(_layer_group(lk, raw, name, model_type, lq, lkv, lhd, lvd, lwin, sinks))
     return ModelGroups(name, arch, merge(groups), len(kinds) or layers, tuple(other.items()), max_len,
                        "built-in reader", ())
 
 
+# The model types whose config carries a ``multi_query`` flag that means one KV head (transformers
+# 5.20.2 has it on exactly these two config classes):
+# - Falcon (and its RefinedWeb spellings): one KV head unless new_decoder_architecture
+#   (vllm 0.33 FalconModelArchConfigConvertor.get_total_num_kv_heads,
+#   transformers_utils/model_arch_config_convertor.py:507-523);
+# - GPT-BigCode (StarCoder, SantaCoder): transformers' GPTBigCodeConfig.__post_init__ sets
+#   ``num_key_value_heads = 1 if self.multi_query else self.n_head``
+#   (models/gpt_bigcode/configuration_gpt_bigcode.py:82-83; multi_query defaults to True, :78),
+#   over any value the file states; vLLM 0.33 serves GPTBigCodeForCausalLM through its Transformers
+#   backend (model_executor/models/registry.py:753) and reads the KV heads off that config through
+#   CONFIG_FIELD_ALIASES (ModelArchConfigConvertorBase.get_total_num_kv_heads,
+#   transformers_utils/model_arch_config_convertor.py:152-157; transformers_utils/config.py:56-63).
+# model_type -> the field that, when true, makes the flag ignored (None: nothing does)
+MULTI_QUERY_MODEL_TYPES = {"falcon": "new_decoder_architecture", "RefinedWeb": "new_decoder_architecture",
+                           "RefinedWebModel": "new_decoder_architecture", "gpt_bigcode": None}
+
+
 def _kv_heads(raw, model_type: str, heads: int, name: str) -> int:
-    """KV heads as vLLM 0.33 reads them: Falcon's multi-query flag first (one KV head unless
-    new_decoder_architecture; ``FalconModelArchConfigConvertor.get_total_num_kv_heads``,
-    transformers_utils/model_arch_config_convertor.py:503-520), else the first of
-    CONFIG_FIELD_ALIASES["total_num_kv_heads"] set (n_head_kv, num_kv_heads,
+    """KV heads as vLLM 0.33 reads them: the multi-query flag of the model types that have one
+    first (MULTI_QUERY_MODEL_TYPES: one KV head; GPT-BigCode without it as many as query heads),
+    else the first of CONFIG_FIELD_ALIASES["total_num_kv_heads"] set (n_head_kv, num_kv_heads,
     num_key_value_heads, multi_query_group_num, num_attention_groups;
     transformers_utils/config.py:56-63), else the query heads."""
-    if model_type in ("falcon", "RefinedWeb", "RefinedWebModel") and not raw("new_decoder_architecture") \
-            and raw("multi_query"):
-        return 1
+    if model_type in MULTI_QUERY_MODEL_TYPES:
+        ignored_by = MULTI_QUERY_MODEL_TYPES[model_type]
+        if not (ignored_by and raw(ignored_by)) and raw("multi_query"):
+            return 1
+        if model_type == "gpt_bigcode":  # multi_query false: num_key_value_heads = n_head (:83)
+            return heads
     kv_raw = raw("n_head_kv", "num_kv_heads", "num_key_value_heads")
     if kv_raw is None and raw("multi_query_attention") is not False:
         kv_raw = raw("multi_query_group_num")
@@ -280,6 +336,89 @@ def _head_dims(raw, name: str, heads: int, model_type: str = "") -> tuple[int, i
     return hd, vdim
 
 
+# transformers 5.20.2 config classes whose full-attention layers are wider than their sliding ones:
+# with no ``per_layer_config`` in the file, ``__post_init__`` builds one, every ``full_attention``
+# layer overridden to ``head_dim = global_head_dim`` (default 512, a keyword popped in
+# ``__post_init__``, so no declared default in model_defaults.json) and, where set,
+# ``num_key_value_heads = num_global_key_value_heads``:
+#   gemma4_text           models/gemma4/configuration_gemma4.py:210-222 (gated by attention_k_eq_v, :177)
+#   gemma4_unified_text   models/gemma4_unified/configuration_gemma4_unified.py:177-189 (the same)
+#   diffusion_gemma_text  models/diffusion_gemma/configuration_diffusion_gemma.py:130-142 (declares no
+#                         attention_k_eq_v: ``getattr(self, "attention_k_eq_v", True)``, ungated)
+#   embedding_gemma2_text models/embedding_gemma2/configuration_embedding_gemma2.py:121-127 (always,
+#                         num_global_key_value_heads default 1)
+# vLLM 0.33 reads each layer's own config (ModelArchConfigConvertorBase.get_per_layer_hf_configs,
+# transformers_utils/model_arch_config_convertor.py:42-69; models/gemma4.py:577-580
+# Gemma4DecoderLayer: ``layer_config = config.per_layer_config[layer_idx]``, its head_dim and
+# num_key_value_heads). model_type -> (num_global_key_value_heads default, gated by attention_k_eq_v)
+GLOBAL_HEAD_DIM_MODEL_TYPES = {
+    "gemma4": (None, True), "gemma4_text": (None, True),
+    "gemma4_unified": (None, True), "gemma4_unified_text": (None, True),
+    "diffusion_gemma": (None, True), "diffusion_gemma_text": (None, True),
+    "embedding_gemma2": (1, False), "embedding_gemma2_text": (1, False),
+}
+GLOBAL_HEAD_DIM_DEFAULT = 512  # kwargs.pop("global_head_dim", 512) in each class above
+# the per-layer fields a layer's attention shape takes from per_layer_config
+_PER_LAYER_FIELDS = ("num_attention_heads", "num_key_value_heads", "head_dim", "v_head_dim", "sliding_window")
+
+
+def _per_layer_overrides(raw, model_type: str, kinds: list[str], name: str) -> dict[int, dict]:
+    """{layer index: the fields that layer overrides}: the file's own ``per_layer_config`` (transformers
+    5.20.2 reads it on every config class: configuration_utils.py:493-508; a layer's config is the
+    whole config with its overrides set, integrations/heterogeneity/configuration_utils.py:194-208;
+    keys are layer indices, zero-padded strings when transformers saves them, :362-381), else
+    the one a GLOBAL_HEAD_DIM_MODEL_TYPES class builds from global_head_dim."""
+    plc = raw("per_layer_config")
+    if plc is not None:
+        if not isinstance(plc, dict):
+            raise GroupsError(f"{name}: per_layer_config must be an object of layer index -> overrides")
+        out: dict[int, dict] = {}
+        for key, ov in plc.items():
+            idx = int(key) if isinstance(key, str) and key.isdigit() else None
+            if idx is None or not isinstance(ov, dict):
+                raise GroupsError(f"{name}: per_layer_config must map layer indices to objects, got {key!r}"[:300])
+            out[idx] = {f: ov[f] for f in _PER_LAYER_FIELDS if f in ov}
+        return out
+    rule = GLOBAL_HEAD_DIM_MODEL_TYPES.get(model_type)
+    if rule is None:
+        return {}
+    kv_default, gated = rule
+    ghd = raw("global_head_dim")
+    over = {"head_dim": GLOBAL_HEAD_DIM_DEFAULT if ghd is None else ghd}
+    gkv = raw("num_global_key_value_heads")
+    gkv = kv_default if gkv is None else gkv
+    if gated and raw("attention_k_eq_v") is False:
+        gkv = None
+    if gkv is not None:
+        over["num_key_value_heads"] = gkv
+    return {i: over for i, k in enumerate(kinds) if k == "full"}
+
+
+def _layer_shape(ov: dict | None, k: str, name: str, q: int, kv: int, hd: int, vdim: int, window: int | None,
+                 v_stated: bool) -> tuple:
+    """(kind, q heads, kv heads, head dim qk, vo, window) of one layer with its per-layer overrides:
+    each field the layer states wins over the whole model's (a value stated wins at the level where
+    it is stated). The value head dim follows the layer's head dim unless v_head_dim is stated."""
+    if not ov:
+        return k, q, kv, hd, vdim, window
+    lq = _int(ov.get("num_attention_heads", q), "per_layer_config num_attention_heads", name, hi=4096)
+    lkv = _int(ov.get("num_key_value_heads", kv), "per_layer_config num_key_value_heads", name, hi=4096)
+    lhd = _int(ov.get("head_dim", hd), "per_layer_config head_dim", name, hi=2048)
+    lvd = ov.get("v_head_dim", vdim if v_stated else lhd)
+    lvd = _int(lvd, "per_layer_config v_head_dim", name, hi=2048)
+    win = window
+    if k == "sliding" and "sliding_window" in ov:
+        win = ov["sliding_window"]
+        if win is None:  # the layer's window taken away: attention over the whole context
+            k = "full"
+        else:
+            win = _int(win, "per_layer_config sliding_window", name, hi=1 << 27)
+    if lq % lkv:
+        raise GroupsError(f"{name}: a layer's {lq} query heads are not a multiple of its {lkv} KV heads "
+                          "(per_layer_config)")
+    return k, lq, lkv, lhd, lvd, win
+
+
 def _block_config_groups(blocks: list, name: str, arch: str, heads: int, hd: int, vdim: int,
                          max_len: int | None) -> ModelGroups:
     """Nemotron-NAS (Llama-3.3-Nemotron-Super-49B): per-layer block_configs;
@@ -305,12 +444,6 @@ def _layer_group(k: str, raw, name: str, model_type: str, heads: int, kv: int, h
     q, kvh, dqk, dvo, win, snk = heads, kv, hd, vdim, None, sinks
     if k == "sliding":
         win = window
-    if model_type in ("gemma4", "gemma4_text") and k == "full":
-        # Gemma 4 full-attention layers: global_head_dim; num_global_key_value_heads when
-        # attention_k_eq_v (vllm models/gemma4.py Gemma4DecoderLayer.__init__)
-        dqk = dvo = _int(raw("global_head_dim") or hd, "global_head_dim", name, hi=2048)
-        gkv = raw("num_global_key_value_heads") if raw("attention_k_eq_v") else None
-        kvh = _int(gkv, "num_global_key_value_heads", name, hi=4096) if gkv is not None else kv
     if model_type == "mimo_v2_flash" and k == "sliding":
         # MiMo-V2-Flash's SWA layers: their own heads and head dims, sink bias
         # (vllm models/mimo_v2_flash.py: swa_num_attention_heads, swa_num_key_value_heads,

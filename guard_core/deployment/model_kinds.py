@@ -106,6 +106,22 @@ def _kinds_gemma3(raw, mt, n, window, name):
     return ["sliding" if (i + 1) % pattern else "full" for i in range(n)]
 
 
+_GEMMA4_FAMILY = ("gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text", "diffusion_gemma",
+                  "diffusion_gemma_text", "embedding_gemma2", "embedding_gemma2_text")
+
+
+def _kinds_gemma4(raw, mt, n, window, name):
+    if mt not in _GEMMA4_FAMILY:
+        return None
+    # a fixed 5:1 pattern (configuration_gemma4.py:190-195; embedding_gemma2 reads a
+    # sliding_window_pattern keyword, configuration_embedding_gemma2.py:97), the last layer full (:197-201)
+    pattern = (raw("sliding_window_pattern") or 6) if mt.startswith("embedding_gemma2") else 6
+    if type(pattern) is not int or pattern < 1:
+        raise GroupsError(f"{name}: sliding_window_pattern must be a positive integer, got {pattern!r}"[:300])
+    kinds = ["sliding" if (i + 1) % pattern else "full" for i in range(n)]
+    return kinds[:-1] + ["full"] if kinds else kinds
+
+
 def _kinds_qwen2_window(raw, mt, n, window, name):
     if raw("use_sliding_window") is False:
         return ["full"] * n
@@ -134,6 +150,8 @@ LAYER_KIND_RULES = (
     (_kinds_gemma2, "Gemma 2 without layer_types: sliding on even layers (transformers Gemma2Config)"),
     (_kinds_gemma3, "Gemma 3 without layer_types: every sliding_window_pattern-th (6) layer full "
                     "(transformers Gemma3TextConfig)"),
+    (_kinds_gemma4, "Gemma 4 family without layer_types: every 6th layer full and the last "
+                    "(transformers 5.20.2 Gemma4TextConfig.__post_init__, configuration_gemma4.py:190-201)"),
     (_kinds_qwen2_window, "Qwen2 use_sliding_window / max_window_layers (transformers Qwen2Config.layer_types)"),
 )
 

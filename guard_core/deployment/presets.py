@@ -222,17 +222,13 @@ def facts_from_config(cfg: dict, name: str = "config.json") -> ModelFacts:
         if v is not None and not isinstance(v, dict):
             raise ModelError(f"{shown}: {sub} must be an object, got {_show_json(v)}")
     from guard_core.deployment.groups import GroupsError
-    from guard_core.deployment.config_reader import fill_defaults, text_scope
+    from guard_core.deployment.config_reader import scoped_reader
 
-    filled = fill_defaults(cfg)
     try:
-        text, _ = text_scope(filled, name)
+        # what the file states wins at the level where it states it; defaults fill the rest
+        raw, _text, _filled = scoped_reader(cfg, name)
     except GroupsError as exc:
         raise ModelError(str(exc)) from None
-
-    def raw(key):
-        v = text.get(key)
-        return filled.get(key) if v is None else v
 
     def get(key, default=None):
         v = raw(key)

@@ -6,7 +6,10 @@ vLLM uses), per (config, tp): the same per-rank groups (kind, heads, KV heads, h
 window, count), MLA where vLLM runs MLA, a refusal only where vLLM refuses.
 
 Measured on this set: 30 of 96 (config, tp) pairs agreed before (main at d288519), 96 of 96
-after. The expected answers are vLLM's; nothing expected comes from guard_core.
+after. Issue 42 item 6 added five files the reader misread (Qwen2-VL-7B-Instruct's flat layout,
+starcoder and gpt_bigcode-defaults: multi-query, gemma4-text-defaults and gemma-4-26B-A4B-resaved:
+full layers at global_head_dim / per_layer_config): 116 of 116 pairs agree after (measured
+2026-12-03). The expected answers are vLLM's; nothing expected comes from guard_core.
 
 Also item 6's last sentence (the reader chain): a config the built-in reader cannot read is
 read by vLLM's own config code when plan runs in vLLM's environment, instead of ending the run.
