@@ -5,6 +5,7 @@ it stores the 18-entry plan info (MLAPlanInfo::ToVector) and fills the pinned ui
 at the offsets MLAPlan lays out (13 int arrays, per-work ones at the 16,384 stride), work_indptr
 last. The net reads ``work_indptr[num_blks_y]`` back and fails closed only over capacity."""
 
+import ctypes
 import sys
 import types
 
@@ -20,12 +21,12 @@ NUM_SM = 132
 
 
 class Pinned:
-    """A pinned uint8 tensor as far as the net uses one: numel, element_size, device, slicing, tolist."""
+    """A pinned uint8 tensor as far as the net uses one: host memory at an address, its size."""
 
     device = types.SimpleNamespace(type="cpu")
 
     def __init__(self, n):
-        self.data = bytearray(n)
+        self.data = ctypes.create_string_buffer(n)
 
     def numel(self):
         return len(self.data)
@@ -33,13 +34,14 @@ class Pinned:
     def element_size(self):
         return 1
 
-    def __getitem__(self, sl):
-        chunk = Pinned(0)
-        chunk.data = self.data[sl]
-        return chunk
+    def is_contiguous(self):
+        return True
 
-    def tolist(self):
-        return list(self.data)
+    def data_ptr(self):
+        return ctypes.addressof(self.data)
+
+    def write_i32(self, off, value):
+        self.data[off:off + 4] = value.to_bytes(4, sys.byteorder, signed=True)
 
 
 def _layout():
@@ -66,12 +68,12 @@ class BatchMLAPagedAttentionWrapper:
         self._plan_info = None
 
     def plan(self, *args, **kwargs):
-        buf = self._pin_memory_int_workspace_buffer.data
+        buf = self._pin_memory_int_workspace_buffer
         wi = self._layout["mla_work_indptr"]
         per, extra = divmod(self.works, self.clusters)
         acc = 0
         for c in range(self.clusters + 1):  # work_indptr, written last by MLAPlan
-            buf[wi + 4 * c: wi + 4 * c + 4] = acc.to_bytes(4, sys.byteorder, signed=True)
+            buf.write_i32(wi + 4 * c, acc)
             acc += per + (1 if c < extra else 0)
         info = [2, self.clusters] + [0] * 16
         info[mla_net.WORK_INDPTR_OFFSET] = wi
@@ -155,7 +157,7 @@ def test_master_switch_off_nothing(wrapper, monkeypatch):
 
 
 @pytest.mark.parametrize("breakage", ["reader_raises", "short_plan_info", "offset_outside", "pinned_missing",
-                                      "capacity_raises", "indptr_not_zero"])
+                                      "capacity_raises", "indptr_not_zero", "not_on_host"])
 def test_our_failure_returns_the_plan_result_unchanged(wrapper, monkeypatch, breakage):
     wrapper.works = 2 * CAP  # over: only our failure keeps it from raising
     cls = type(wrapper)
@@ -173,6 +175,8 @@ def test_our_failure_returns_the_plan_result_unchanged(wrapper, monkeypatch, bre
                 self._plan_info[mla_net.WORK_INDPTR_OFFSET] = self._pin_memory_int_workspace_buffer.numel()
             elif breakage == "pinned_missing":
                 del self._pin_memory_int_workspace_buffer
+            elif breakage == "not_on_host":
+                self._pin_memory_int_workspace_buffer.device = types.SimpleNamespace(type="cuda")
             else:
                 self._plan_info[mla_net.WORK_INDPTR_OFFSET] += 4
             return out
@@ -217,3 +221,12 @@ def test_the_setting():
     assert len(s.warnings) == 1
     assert s.warnings[0].startswith("ignoring FLASHINFER_GUARD_MLA='no-way': accepted values are auto, strict or off")
     assert load_settings({MLA: "off"}).describe()[MLA] == "off"
+
+
+def test_a_byte_buffer_without_an_address_is_read_too():
+    buf = bytearray(64)
+    buf[8:12] = (16385).to_bytes(4, sys.byteorder, signed=True)
+    assert mla_net._read_i32s(buf, 0, 8) == [0, 16385]
+    for bad in (-4, 6, 64, 61):
+        with pytest.raises(ValueError):
+            mla_net._read_i32s(buf, 0, bad)
