@@ -153,10 +153,11 @@ def _say_runner_missing(target: str) -> None:
 def _install_safety_net(module) -> None:
     """After the wrap: whatever the model might still miss, an overflowing plan() gets a
     buffer that fits (guard_core.runtime.safety_net)."""
+    from guard_core.flashinfer.mla_planner import capacity
     from guard_core.runtime import safety_net
 
     if get_settings_workspace() != "off":
-        safety_net.install(log())
+        safety_net.install(log(), mla_capacity=capacity)
 
 
 def get_settings_workspace() -> str:

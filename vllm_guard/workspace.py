@@ -41,7 +41,9 @@ def install(settings) -> None:
     # whatever the model might still miss: an overflowing plan() gets a buffer that fits
     from guard_core.runtime import safety_net
 
-    safety_net.install(get_log())
+    from guard_core.flashinfer.mla_planner import capacity
+
+    safety_net.install(get_log(), mla_capacity=capacity)
 
 
 def uninstall() -> None:

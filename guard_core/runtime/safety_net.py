@@ -63,6 +63,7 @@ from __future__ import annotations
 import threading
 import weakref
 
+from guard_core.runtime import mla_net
 from guard_core.runtime.patch_table import PatchTable, Wrap
 from guard_core.runtime.safety_net_recovery import (BUFFERS, STATE, graphs_captured, parse_overflow, recover,
                                                     refresh_workspace_sizes)
@@ -98,11 +99,13 @@ _locks_lock = threading.Lock()
 _buffer_locks: dict[int, threading.RLock] = {}  # id(buffer) -> its lock, dropped with the buffer
 
 
-def install(log) -> None:
+def install(log, mla_capacity=None) -> None:
     """Arm the net (idempotent): hooks on FlashInfer's wrapper modules, the frameworks'
     own planning helpers, and torch's CUDA-graph capture (to know when buffers are held
-    by graphs)."""
+    by graphs). ``mla_capacity(version) -> works`` (guard_core.flashinfer.mla_planner.capacity)
+    arms the MLA works check after each MLA plan (``mla_net``); without it that check stands aside."""
     _state["log"] = log
+    mla_net.configure(log, mla_capacity)
     if _state["installed"]:
         return
     _state["installed"] = True
@@ -190,6 +193,14 @@ def _rows(table: PatchTable) -> PatchTable:
         wraps += [Wrap(fn, _wrap_plan, feature=lambda owner, m, fn=fn: callable(getattr(owner, fn, None)),
                        required=False, rebind=REBIND_PREFIXES) for fn in PLAN_FUNCTIONS.get(mod, ())]
         table.row(mod, HOOK_KEY + mod, "safety net", wraps=tuple(wraps), error_key="safety-net")
+    # the MLA wrapper: no overflow recovery (a different planner), the works check after each plan
+    wraps = []
+    for cls in mla_net.MLA_CLASSES:
+        wraps.append(Wrap(f"{cls}.plan", mla_net.make_plan, feature=_has_plan, required=False))
+        wraps += [Wrap(f"{cls}.{a}", mla_net.make_plan, feature=_alias_of_plan(a), required=False)
+                  for a in PLAN_ALIASES]
+    table.row(mla_net.MLA_MODULE, HOOK_KEY + mla_net.MLA_MODULE, "safety net", wraps=tuple(wraps),
+              error_key="safety-net")
     table.row("torch.cuda.graphs", HOOK_KEY + "torch.cuda.graphs", "safety net", error_key="safety-net",
               wraps=(Wrap("CUDAGraph.capture_end", _count_captures, feature=_takes_attributes, required=False),))
     return table

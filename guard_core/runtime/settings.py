@@ -41,7 +41,7 @@ import re
 from guard_core.units import GIB, MIB, fmt_mib
 
 __all__ = ["ALL_VARIABLES", "DEFAULT_MOE_FIXED_IN", "DEFAULT_WORKSPACE_MAX", "GIB", "LOG", "MASTER",
-           "MAX_SIZE_BYTES", "MIN_SIZE_BYTES", "MOE", "MOE_FIXED_IN", "RESERVE", "SIZE_ACCEPTED", "Settings", "WORKSPACE",
+           "MAX_SIZE_BYTES", "MIN_SIZE_BYTES", "MLA", "MOE", "MOE_FIXED_IN", "RESERVE", "SIZE_ACCEPTED", "Settings", "WORKSPACE",
            "WORKSPACE_MAX", "WORKSPACE_MAX_UNKNOWN_GPU", "bounded_version", "get_settings", "load_settings",
            "parse_size", "reset_settings_cache", "show_value"]
 
@@ -53,7 +53,8 @@ WORKSPACE = "FLASHINFER_GUARD_WORKSPACE"
 LOG = "FLASHINFER_GUARD_LOG"
 WORKSPACE_MAX = "FLASHINFER_GUARD_WORKSPACE_MAX"
 RESERVE = "FLASHINFER_GUARD_RESERVE"
-ALL_VARIABLES = (MASTER, MOE, MOE_FIXED_IN, WORKSPACE, LOG, WORKSPACE_MAX, RESERVE)
+MLA = "FLASHINFER_GUARD_MLA"
+ALL_VARIABLES = (MASTER, MOE, MOE_FIXED_IN, WORKSPACE, LOG, WORKSPACE_MAX, RESERVE, MLA)
 
 DEFAULT_MOE_FIXED_IN = "0.6.16"
 MIN_SIZE_BYTES = MIB
@@ -85,13 +86,13 @@ class Settings:
     """The parsed switches. A plain class: this module is on every server's start-up path."""
 
     __slots__ = ("enabled", "moe", "moe_fixed_in", "workspace", "workspace_bytes", "log_level", "warnings",
-                 "workspace_max", "reserve")
+                 "workspace_max", "reserve", "mla")
     _KEY = ("enabled", "moe", "moe_fixed_in", "workspace", "workspace_bytes", "log_level", "workspace_max",
-            "reserve")
+            "reserve", "mla")
 
     def __init__(self, enabled=True, moe="auto", moe_fixed_in=DEFAULT_MOE_FIXED_IN, workspace="auto",
                  workspace_bytes=None, log_level="info", warnings=(), workspace_max=DEFAULT_WORKSPACE_MAX,
-                 reserve="auto"):
+                 reserve="auto", mla="auto"):
         self.enabled = enabled  # master switch
         self.moe = moe  # auto | strict | on | off (guard_core.flashinfer.moe_evidence: what auto and strict do)
         self.moe_fixed_in = moe_fixed_in
@@ -104,6 +105,9 @@ class Settings:
         self.workspace_max = workspace_max
         # auto | full | off: how the buffer is counted in the server's KV budget (guard_core.decide.kv_budget)
         self.reserve = reserve
+        # auto | strict | off: the MLA planner's works limit (off: the net after each MLA plan
+        # stands aside, guard_core.runtime.mla_net)
+        self.mla = mla
 
     def workspace_max_bytes(self, gpu_memory_bytes: int | None) -> int:
         """The affordable workspace in a fixed-split mode, for a GPU of this much memory."""
@@ -142,6 +146,7 @@ class Settings:
             LOG: self.log_level,
             WORKSPACE_MAX: self.describe_workspace_max(),
             RESERVE: self.reserve,
+            MLA: self.mla,
         }
 
 
@@ -261,6 +266,7 @@ _TABLE = (
     (LOG, _parse_choice(("info", "debug", "warning")), "info, debug or warning", "info", "info"),
     (WORKSPACE_MAX, _parse_workspace_max, WORKSPACE_MAX_ACCEPTED, DEFAULT_WORKSPACE_MAX, "5%"),
     (RESERVE, _parse_choice(("auto", "full", "off")), "auto, full or off", "auto", "auto"),
+    (MLA, _parse_choice(("auto", "strict", "off")), "auto, strict or off", "auto", "auto"),
 )
 
 
@@ -295,7 +301,8 @@ def load_settings(environ=None) -> Settings:
         values[var] = value
     workspace, ws_bytes = values[WORKSPACE]
     return Settings(values[MASTER], values[MOE], values[MOE_FIXED_IN], workspace, ws_bytes, values[LOG],
-                    tuple(warnings), workspace_max=values[WORKSPACE_MAX], reserve=values[RESERVE])
+                    tuple(warnings), workspace_max=values[WORKSPACE_MAX], reserve=values[RESERVE],
+                    mla=values[MLA])
 
 
 _cached: Settings | None = None

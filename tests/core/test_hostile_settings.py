@@ -18,7 +18,8 @@ from guard_core.decide.records import decide_moe
 FAST = hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DEFAULT = S.load_settings({})
 FIELD = {S.MASTER: "enabled", S.MOE: "moe", S.MOE_FIXED_IN: "moe_fixed_in", S.WORKSPACE: "workspace",
-         S.LOG: "log_level", S.WORKSPACE_MAX: "workspace_max", S.RESERVE: "reserve"}
+         S.LOG: "log_level", S.WORKSPACE_MAX: "workspace_max", S.RESERVE: "reserve",
+         S.MLA: "mla"}
 
 
 def _assert_one_warning(s, var, value):
@@ -88,10 +89,11 @@ def test_moe_fixed_in_valid_versions(value):
 
 def test_bad_value_of_one_variable_changes_no_other():
     env = {S.MASTER: "0", S.MOE: "on", S.MOE_FIXED_IN: "0.7.1", S.WORKSPACE: "1GiB", S.LOG: "debug",
-           S.WORKSPACE_MAX: "10%", S.RESERVE: "full"}
+           S.WORKSPACE_MAX: "10%", S.RESERVE: "full", S.MLA: "off"}
     good = S.load_settings(env)
     hostile = {S.MASTER: "\u00b2", S.MOE: "x" * 10000, S.MOE_FIXED_IN: "9" * 5000, S.WORKSPACE: "0.5",
-               S.LOG: "\nloud", S.WORKSPACE_MAX: "5%%", S.RESERVE: "\uff26ULL"}
+               S.LOG: "\nloud", S.WORKSPACE_MAX: "5%%", S.RESERVE: "\uff26ULL",
+               S.MLA: "0"}
     for var, bad in hostile.items():
         s = S.load_settings(dict(env, **{var: bad}))
         assert len(s.warnings) == 1 and var in s.warnings[0]
@@ -103,8 +105,8 @@ def test_bad_value_of_one_variable_changes_no_other():
 
 def test_all_bad_at_once_gives_one_warning_each():
     s = S.load_settings({S.MASTER: "2", S.MOE: "sometimes", S.MOE_FIXED_IN: "x", S.WORKSPACE: "0.5", S.LOG: "loud",
-                         S.WORKSPACE_MAX: "51%", S.RESERVE: "half"})
-    assert len(s.warnings) == 7
+                         S.WORKSPACE_MAX: "51%", S.RESERVE: "half", S.MLA: "strictest"})
+    assert len(s.warnings) == 8
     assert [w.split("=", 1)[0] for w in s.warnings] == [f"ignoring {v}" for v in S.ALL_VARIABLES]
     assert s == DEFAULT
 
