@@ -52,7 +52,7 @@ for v in "${lines[@]}"; do
   select=(tests/sglang)
   if [ "${FLASHINFER_GUARD_FULL:-0}" != 1 ]; then
     case "$v" in
-      0.5.5) select=(tests/sglang/test_loading_and_faults.py tests/sglang/test_workspace.py tests/sglang/test_kv_budget.py
+      0.5.5) select=(tests/sglang/test_mla_net_realcalls.py tests/sglang/test_loading_and_faults.py tests/sglang/test_workspace.py tests/sglang/test_kv_budget.py
                      tests/sglang/test_defaults_crosscheck.py tests/sglang/test_launch_parser.py tests/sglang/test_capture_replica.py
                      "$t/test_plan_parity.py::test_plan_agrees_with_the_adapter_on_generated_deployments"
                      "$t/test_realcalls.py::test_seed_without_guard_through_sglangs_capture_path"

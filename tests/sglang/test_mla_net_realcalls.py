@@ -1,6 +1,9 @@
 """The MLA net (guard_core/runtime/mla_net.py) under FlashInfer's real ``BatchMLAPagedAttentionWrapper.plan``.
 
-Run inside a framework env (FlashInfer and torch installed; skipped elsewhere). Real: the
+Runs in the SGLang lines' environments (the default run: 0.5.5 with FlashInfer 0.5.0, 0.5.11 with
+0.6.8.post1). Not on FlashInfer 0.7.x (SGLang 0.5.23, only in a full run): there ``plan`` reaches
+MLAPlan through per-backend objects that need more device queries stood in, and the module says so
+instead of passing; the net's own logic is covered on every line by tests/core/test_mla_net.py. Real: the
 wrapper's Python code (its ``__init__`` and ``plan``), and MLAPlan itself: the installed
 release's ``scheduler.cuh`` compiled for the host (tests/conformance/harness.cu, planner "mla",
 through tests/realcalls/standin.py's library). Replaced: ``get_batch_mla_module`` (the JIT/AOT
