@@ -22,6 +22,10 @@ from guard_core.deployment.presets import PRESETS
 FAST = hsettings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                          HealthCheck.function_scoped_fixture])
 BIG = "9" * 400
+# A hostile value must never make plan hang (a loop sized by the value): a ceiling far above any real
+# answer, not a speed goal (speed lives in benchmarks/). 10 s failed under a loaded 2-core machine
+# (30.6 s for an ordinary argv while four test processes shared the cores, 2026-12-03).
+HANG_S = 120
 
 
 def call(argv, capsys):
@@ -91,7 +95,7 @@ def assert_promise(rc, out, err, argv):
 def test_named_cases(argv, needles, capsys):
     rc, out, err, elapsed = call(argv, capsys)
     assert_promise(rc, out, err, argv)
-    assert elapsed < 5
+    assert elapsed < HANG_S
     if needles is None:
         assert rc == 0
     else:
@@ -117,7 +121,7 @@ def test_bounds_accept_their_own_limits(capsys):
             "--max-batched-tokens", str(1 << 24), "--draft-tokens", "128", "--tp", "1",
             "--trtllm-attention", "on"]  # speculative FULL decode graphs need TRT-LLM decode (issue 26)
     rc, out, err, elapsed = call(argv, capsys)
-    assert rc == 0 and elapsed < 10
+    assert rc == 0 and elapsed < HANG_S
     d = json.loads(out)
     assert d["limits"]["capture_sizes"][-1] == 16384
 
@@ -236,7 +240,7 @@ def test_property_cli_exit_0_valid_output_or_exit_2_one_line(argv, capsys):
     rc, out, err, elapsed = call(argv, capsys)
     event(f"exit {rc}")
     assert_promise(rc, out, err, argv)
-    assert elapsed < 10, (argv, elapsed)
+    assert elapsed < HANG_S, (argv, elapsed)
 
 
 @pytest.mark.parametrize("raw_name,encoding,shown", [
