@@ -41,6 +41,19 @@ _FLAGS = ("tp", "dcp", "max_num_seqs", "max_batched_tokens", "max_model_len", "k
 _WHAT_IFS = (("kv_dtype_bytes", "--kv-dtype-bytes"), ("v_head_dim", "--v-head-dim"), ("sms", "--sms"),
              ("cc", "--cc"), ("deterministic", "--deterministic"))
 
+# what each server's own resolution needs that plan must settle first (issue 42 item 5: a rule of
+# one server is not applied to the other): vLLM's FlashInfer backend asks FlashInfer whether its
+# TRT-LLM attention cubins load on an SM10x host (vllm/utils/flashinfer.py supports_trtllm_attention,
+# read by FlashInferMetadataBuilder), which the simulated GPU cannot answer; SGLang's resolution asks
+# no such thing: it picks its attention backend from the GPU's compute capability (the simulated
+# one) and the command, and its FlashInfer backend plans with FlashInfer's planners on any GPU, so
+# it runs on SM10x (plan's default GPU, B300) without the flag.
+_SERVER_RULES = {
+    "vllm": {"trtllm_on_sm10x": ("TRT-LLM attention on SM10x depends on FlashInfer's cubins on the server host; "
+                                 "--trtllm-attention on|off settles it")},
+    "sglang": {},
+}
+
 
 def server_facts(a, cmd: Command, server: ServerConfig, model: ModelView) -> FactsSet | None:
     """Stage 4 resolved by the server (module doc), or None: the built-in rules decide, and
@@ -89,9 +102,9 @@ def _cannot_run(a, fw: str, server: ServerConfig, mode: str) -> str | None:
             return f"{flag} is a what-if outside the server's config"
     if not server.gpu_key:
         return "a GPU outside the table"
-    if server.gpu.cc[0] == 10 and getattr(a, "trtllm_attention", None) is None:
-        return ("TRT-LLM attention on SM10x depends on FlashInfer's cubins on the server host; "
-                "--trtllm-attention on|off settles it")
+    rule = _SERVER_RULES.get(fw, {}).get("trtllm_on_sm10x")
+    if rule and server.gpu.cc[0] == 10 and getattr(a, "trtllm_attention", None) is None:
+        return rule
     return None
 
 

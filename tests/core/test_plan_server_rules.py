@@ -1,0 +1,65 @@
+"""Issue 42: what `plan`'s server-resolution stage says, per server, in the core environment.
+
+Item 5: the stage deciding whether the installed server can resolve the command applies a server's
+rule only to that server. vLLM's resolution needs --trtllm-attention on SM10x (its FlashInfer
+backend asks FlashInfer's cubins); SGLang's does not, so with plan's defaults (B300, SM103) SGLang's
+own resolution runs. The server is made "installed at the simulated line" here by standing in for
+the install checks, and the resolution subprocess (``_ask``) is replaced by one that records that it
+was asked: which request reached it is the stage's decision.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from guard_core.commands.plan import server_resolution as stage
+from tests.core.test_plan_defaults import plan_json
+
+QWEN3_8B = "tests/data/model_configs/Qwen3-8B.json"
+
+
+@pytest.fixture
+def installed(monkeypatch):
+    """The simulated server installed here at the simulated line; the resolution answers with a
+    refusal naming the request it was given (so plan falls back to its rules and says why)."""
+    import guard_core.deployment.deployment_record as dr
+
+    real = importlib.util.find_spec
+    asked = []
+
+    def find_spec(name, *a, **k):
+        if name in ("vllm", "sglang") or name.endswith("_guard.server_resolution"):
+            return object()
+        return real(name, *a, **k)
+
+    def ask(fw, req, environ):
+        asked.append((fw, req))
+        return {"ok": False, "refusal": f"asked {fw} on {req['gpu']}"}
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    monkeypatch.setattr(dr, "installed_line", lambda fw: {"vllm": "0.23.0", "sglang": "0.5.23"}[fw])
+    monkeypatch.setattr(stage, "_ask", ask)
+    return asked
+
+
+def test_sglangs_resolution_runs_with_plans_defaults_on_b300(installed):
+    # plan's default GPU is B300 (SM103): the TRT-LLM condition is vLLM's, SGLang's resolution is asked
+    r = plan_json("--framework-version", "0.5.23", "--", "python", "-m", "sglang.launch_server", "--model-path",
+                  QWEN3_8B)
+    assert r["simulated"]["gpu"]["cc"].startswith("10.")
+    assert [fw for fw, _ in installed] == ["sglang"], r["resolution"]
+    assert r["resolution"]["why"] == "asked sglang on b300"
+    assert "--trtllm-attention" not in r["resolution"]["why"]
+
+
+def test_vllm_still_needs_trtllm_attention_settled_on_sm10x(installed):
+    base = ["--framework-version", "0.23.0", "--", "vllm", "serve", QWEN3_8B]
+    r = plan_json(*base)
+    assert installed == [] and "--trtllm-attention on|off settles it" in r["resolution"]["why"]
+    r = plan_json("--trtllm-attention", "off", *base)
+    assert [(fw, req["trtllm"]) for fw, req in installed] == [("vllm", False)]
+    # Hopper: no such condition for either server
+    r = plan_json("--gpu", "h200", *base)
+    assert [fw for fw, _ in installed][-1] == "vllm" and r["resolution"]["why"] == "asked vllm on h200"
