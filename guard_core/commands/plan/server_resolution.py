@@ -175,11 +175,28 @@ def _facts_set(a, cmd: Command, server: ServerConfig, model: ModelView, ans: dic
         pl_info["notes"].append("planner given: " + ", ".join(
             f"{n} {v}" for n, v in (("decode", a.decode_planner), ("prefill", a.prefill_planner)) if v))
     model.rank_groups = [g for g, _r, _f, _b in groups]
-    src = f"{ans['label']}'s own size (the adapter's reading of its builder)"
+    src = f"{ans['label']}'s own size (" + (top[3].get("server_source") or "the adapter's reading of its builder") + ")"
     if user is not None:
         src += "; the user's own size"
+    fixed_info = None
+    if any(b.get("fixed_split") for _g, _r, _f, b in groups):
+        # SGLang's deterministic inference as its own resolution read it: the fixed splits the
+        # backend plans with (its limits), sized by the same fixed-split decision as the rules'
+        server.deterministic = True
+        fixed_info = _fixed_info(top[2].limits, server.environ)
     return FactsSet([(g, r, f) for g, r, f, _b in groups], top[2].limits, top[2].layout.kv_dtype_bytes, pl_info,
-                    srv, src, user, buffer, None)
+                    srv, src, user, buffer, fixed_info)
+
+
+def _fixed_info(limits, environ: dict) -> dict:
+    """The deterministic mode's record (``facts._deterministic_limits``'s) from the server's limits."""
+    from guard_core.deployment.launch_command import READ_ENV
+
+    env = {k: environ[k] for k in READ_ENV if k in environ and "SPLIT_TILE" in k}
+    return {"mode": "deterministic", "prefill_split_tile_size": limits.fixed_split_prefill,
+            "decode_split_tile_size": limits.fixed_split_decode,
+            "split_source": ", ".join(f"{k}={v}" for k, v in env.items()) or "SGLang's defaults",
+            "kv_pool_tokens": limits.kv_pool_tokens}
 
 
 def _workspace_facts(d: dict, server: ServerConfig, given):
