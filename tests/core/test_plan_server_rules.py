@@ -63,3 +63,35 @@ def test_vllm_still_needs_trtllm_attention_settled_on_sm10x(installed):
     # Hopper: no such condition for either server
     r = plan_json("--gpu", "h200", *base)
     assert [fw for fw, _ in installed][-1] == "vllm" and r["resolution"]["why"] == "asked vllm on h200"
+
+
+def test_sglangs_deterministic_answer_is_decided_as_the_fixed_split_mode(installed, monkeypatch):
+    # issue 42 item 5b, the stage's side: SGLang's answer for --enable-deterministic-inference (its reader's
+    # fixed-split limits, 2 GiB) is decided as the rules decide that mode; the stage dropped the fixed-split
+    # record (the report raised TypeError on it)
+    import guard_core.commands.plan_report as pr
+    from vllm_guard.server_resolution import _facts_dict
+
+    GIB2 = 2048 * 1024 * 1024
+    cmd = ["--gpu", "h200", "--framework-version", "0.5.23", "--", "python", "-m", "sglang.launch_server",
+           "--model-path", QWEN3_8B, "--attention-backend", "flashinfer", "--enable-deterministic-inference"]
+    seen = []
+    real_build = pr.build_facts
+    monkeypatch.setattr(pr, "build_facts", lambda *a: seen.append(real_build(*a)) or seen[-1])
+    rules = plan_json("--resolution", "builtin", *cmd)
+    fs = seen[-1]
+    assert rules["workspace_bytes"] == GIB2 and fs.limits.fixed_split_prefill
+
+    def ask(fw, req, environ):
+        return {"ok": True, "label": "SGLang 0.5.23", "resolved": {"deterministic": True},
+                "builders": [{"facts": _facts_dict(f), "server_bytes": GIB2, "user_bytes": None, "runner": r,
+                              "group": dict(g.as_dict(), window=g.window), "fixed_split": True,
+                              "server_source": "--enable-deterministic-inference: 2 GiB"} for g, r, f in fs.groups]}
+
+    monkeypatch.setattr(stage, "_ask", ask)
+    r = plan_json(*cmd)
+    assert r["resolution"]["server"] is True
+    assert (r["workspace_bytes"], r["fixed_split"]["server_bytes"]) == (GIB2, GIB2)
+    assert (r["need"], r["verdict"]) == (rules["need"], rules["verdict"])
+    assert r["fixed_split"]["prefill_split_tile_size"] == rules["fixed_split"]["prefill_split_tile_size"]
+    assert "deterministic" in r["server_default_source"]
