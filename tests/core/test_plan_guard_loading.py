@@ -117,3 +117,12 @@ def test_the_master_switch_keeps_its_line(monkeypatch):
     r = plan_json(*VLLM, *VLLM_SERVE)
     assert r["guard"]["enabled"] is False and r["guard"]["line"] == "FLASHINFER_GUARD=0: the guard stands down"
     assert r["kv_budget"] is None
+
+
+def test_the_plugin_name_is_the_entry_points_own():
+    import tomllib
+
+    from guard_core.deployment.guard_loading import PLUGIN_NAME
+
+    eps = tomllib.load(open("pyproject.toml", "rb"))["project"]["entry-points"]
+    assert set(eps["vllm.general_plugins"]) == set(eps["sglang.srt.plugins"]) == {PLUGIN_NAME}
