@@ -12,7 +12,10 @@ answer line, ``FLASHINFER_GUARD_RESOLVED {json}``:
 - answer: ``{"ok": true, "label": "<Server> <version>", "builders": [{"facts": a
   WorkspaceFacts as a dict, "server_bytes", "user_bytes", "group": the layer group, "runner": ""
   or SGLang's "target"/"draft" (optional)}],
-  "resolved": {the settings the server resolved}}``, or ``{"ok": false, "refusal": one line}``.
+  "resolved": {the settings the server resolved}}``, or ``{"ok": false, "refusal": one line}``, with
+  ``"refuses": true, "label", "message"`` where the server itself would refuse to start with the
+  deployment (plan exits 2: "<Server> <version> would refuse to start: <its message>"), or ``"ours":
+  true`` where our own call into the server failed (its one line says so; plan falls back to its rules).
 
 The facts become the ``FactsSet`` the next stage (``decide``) takes, exactly as ``build_facts``'s
 would; any refusal, a timeout or a missing module falls through to the built-in rules
@@ -70,6 +73,10 @@ def server_facts(a, cmd: Command, server: ServerConfig, model: ModelView) -> Fac
                                            "resolved": ans.get("resolved")}
             _settings_from(server.record, ans)
             return fs
+        if ans.get("refuses") and not ans.get("ours"):
+            # the server's own resolution refuses the deployment: it would not start (exit 2, its message)
+            raise PlanUsageError(f"{ans.get('label') or framework_label(fw)} would refuse to start: "
+                                 f"{ans.get('message') or ans.get('refusal')}")
         why = ans.get("refusal") or ("an MLA model" if ans.get("mla") else "no answer")
     if mode == "server":
         raise PlanUsageError(f"--resolution server: {why}")
