@@ -41,12 +41,17 @@ def _ours(filename: str) -> str | None:
     return None
 
 
-def our_call_error(exc: BaseException) -> str | None:
+def our_call_error(exc: BaseException | None, _depth: int = 0) -> str | None:
     """One line naming our failed call (the exception, the source line, the file and line of ours
     that made it), or None: the failure is not ours (raised inside the server, or not one of the
-    kinds a changed server API raises at the call)."""
-    if not isinstance(exc, _OUR_KINDS):
+    kinds a changed server API raises at the call). An exception our code raised while handling one
+    (``server_parsers.ServerParserUnavailable`` wraps the error of building the server's parser) is
+    judged by the one it handled."""
+    if exc is None or _depth > 3:
         return None
+    if not isinstance(exc, _OUR_KINDS):
+        inner = exc.__cause__ or exc.__context__
+        return our_call_error(inner, _depth + 1) if inner is not None and _ours_raised(exc) else None
     frames = traceback.extract_tb(exc.__traceback__)
     if not frames:
         return None
@@ -57,3 +62,9 @@ def our_call_error(exc: BaseException) -> str | None:
     msg = " ".join(str(exc).split())
     call = " ".join((last.line or "").split())
     return f"{type(exc).__name__}: {msg} at `{call}` ({where}:{last.lineno})"[:400]
+
+
+def _ours_raised(exc: BaseException) -> bool:
+    """``exc`` was raised in a frame of ours (a wrapper of the error it handled)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return bool(frames) and _ours(frames[-1].filename) is not None

@@ -135,3 +135,22 @@ def test_the_kinds_of_a_changed_api(kind):
     from guard_core.deployment import our_call
 
     assert issubclass(kind, our_call._OUR_KINDS)
+
+
+def test_a_wrapped_error_of_our_call_is_still_ours(monkeypatch):
+    # server_parsers wraps the error of building the server's parser (raise ... from None): an
+    # AttributeError at our call into the parser's module is ours still
+    import types
+
+    from guard_core.deployment import server_parsers
+
+    fake = types.ModuleType("vllm.entrypoints.cli.serve")  # ServeSubcommand moved away
+    monkeypatch.setitem(__import__("sys").modules, "vllm.entrypoints.cli.serve", fake)
+    monkeypatch.setitem(__import__("sys").modules, "vllm.platforms", types.SimpleNamespace(
+        current_platform=types.SimpleNamespace(device_type="cuda")))
+    monkeypatch.setattr(server_parsers, "_cache", {})
+    exc = _raised(server_parsers._vllm_parser)
+    assert isinstance(exc, server_parsers.ServerParserUnavailable)
+    line = our_call_error(exc)
+    assert line.startswith("ImportError: cannot import name 'ServeSubcommand'"), line
+    assert "guard_core/deployment/server_parsers.py:" in line
