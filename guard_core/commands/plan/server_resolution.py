@@ -67,6 +67,9 @@ def server_facts(a, cmd: Command, server: ServerConfig, model: ModelView) -> Fac
     why = _cannot_run(a, fw, server, mode)
     if why is None:
         ans = _ask(fw, _request(a, cmd, server), server.environ)
+        if ans.get("ok") and server.deterministic and not any(b.get("fixed_split") for b in ans.get("builders") or ()):
+            ans = {"ok": False, "refusal": f"{ans.get('label')}'s resolution read no fixed splits for "
+                                          "--enable-deterministic-inference (the built-in rules size that mode)"}
         if ans.get("ok") and ans.get("builders"):
             fs = _facts_set(a, cmd, server, model, ans)
             server.record["resolution"] = {"used": f"{ans['label']}'s own engine config", "server": True,
