@@ -95,3 +95,13 @@ def test_sglangs_deterministic_answer_is_decided_as_the_fixed_split_mode(install
     assert (r["need"], r["verdict"]) == (rules["need"], rules["verdict"])
     assert r["fixed_split"]["prefill_split_tile_size"] == rules["fixed_split"]["prefill_split_tile_size"]
     assert "deterministic" in r["server_default_source"]
+
+
+def test_a_deterministic_command_without_fixed_splits_in_the_answer_falls_back(installed, monkeypatch):
+    cmd = ["--gpu", "h200", "--framework-version", "0.5.23", "--", "python", "-m", "sglang.launch_server",
+           "--model-path", QWEN3_8B, "--attention-backend", "flashinfer", "--enable-deterministic-inference"]
+    monkeypatch.setattr(stage, "_ask", lambda fw, req, env: {"ok": True, "label": "SGLang 0.5.23", "builders": [
+        {"facts": {}, "server_bytes": 1, "user_bytes": None, "group": {}, "fixed_split": False}]})
+    r = plan_json(*cmd)
+    assert r["resolution"]["server"] is False and "fixed splits" in r["resolution"]["why"]
+    assert r["workspace_bytes"] == 2048 * 1024 * 1024 and r["fixed_split"]
