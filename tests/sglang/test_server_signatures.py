@@ -51,16 +51,19 @@ _PLANTED = """
 import sys
 from sglang_guard import simulated_device
 simulated_device.install_kernel_stand_in()
-from sglang.srt.configs.model_config import ModelConfig
-def from_server_args(cls, server_args, model_path, model_revision):
+from sglang.srt.layers import dp_attention
+def compute_dp_attention_world_info(tp_rank, tp_size):  # a release that dropped arguments
     raise AssertionError("not reached: the call binds no such arguments")
-ModelConfig.from_server_args = classmethod(from_server_args)
+dp_attention.compute_dp_attention_world_info = compute_dp_attention_world_info
 from sglang_guard.server_resolution import main
 sys.exit(main())
 """
 
 
 def test_a_changed_signature_at_our_call_is_said_as_ours(tmp_path):
+    # a function only our resolution calls (plan_resolve._attention_tp): SGLang's own resolution does
+    # not call it, so the TypeError is raised at our call (a planted ModelConfig.from_server_args is
+    # also called inside SGLang's own resolution pipeline on 0.5.2x: SGLang's frame, not ours)
     (tmp_path / "config.json").write_text((REPO / "tests" / "data" / "model_configs" /
                                            "Meta-Llama-3.1-8B.json").read_text())
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FLASHINFER_GUARD", "SGLANG_", "SGL_"))}
@@ -76,6 +79,7 @@ def test_a_changed_signature_at_our_call_is_said_as_ours(tmp_path):
     a = ans[0]
     assert a["ok"] is False and a["ours"] is True, a
     assert a["refusal"].startswith(f"flashinfer-guard's own call into SGLang {SGLANG} failed (our error, not SGLang "), a
-    assert "TypeError" in a["refusal"] and "from_server_args" in a["refusal"] and "refused the command" not in a["refusal"]
+    assert "TypeError" in a["refusal"] and "compute_dp_attention_world_info" in a["refusal"]
+    assert "refused the command" not in a["refusal"]
     assert "sglang_guard/plan_resolve.py:" in a["refusal"] and "\n" not in a["refusal"]
     print(a["refusal"])
