@@ -9,7 +9,7 @@ resolution take them as it takes the command's. The resolution itself is ``plan_
 The buffer SGLang allocates: ``SGLANG_FLASHINFER_WORKSPACE_SIZE`` as SGLang's ``envs`` reads it
 in the server's environment, raised to 512 MiB for the architectures its backend sets so
 (``sglang_defaults.sglang_default_workspace``, flashinfer_backend.py), and 2 GiB under
-``--enable-deterministic-inference``, which the backend sets last, over both (0.5.23:442-451).
+``--enable-deterministic-inference``, which the backend sets last, over both (0.5.23:437-451).
 """
 
 from __future__ import annotations
@@ -87,10 +87,10 @@ def answer(req: dict) -> dict:
     if r.get("deterministic"):
         # FlashInferAttnBackend.__init__ under --enable-deterministic-inference:
         # envs.SGLANG_FLASHINFER_WORKSPACE_SIZE.set(2048 * 1024 * 1024) after the architecture list, over
-        # a user's value (flashinfer_backend.py 0.5.5:183, 0.5.23:442-451; SGLang PR #30244 open)
+        # a user's value (flashinfer_backend.py 0.5.5:183, 0.5.23:437-451; SGLang PR #30244 open)
         own, user = SGLANG_FORCED_BYTES, None
         source = (f"--enable-deterministic-inference: SGLang {line} sets SGLANG_FLASHINFER_WORKSPACE_SIZE to 2 GiB, "
-                  "over a user's value (flashinfer_backend.py 0.5.5:183, 0.5.23:442-451)")
+                  "over a user's value (flashinfer_backend.py 0.5.5:183, 0.5.23:437-451)")
     from guard_core.versions import flashinfer_version
 
     builders = []

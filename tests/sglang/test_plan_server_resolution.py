@@ -148,7 +148,7 @@ def test_sglangs_own_refusal_is_one_answer_line():
 def test_deterministic_inference_is_sized_against_the_2_gib_sglang_sets(tmp_path):
     # issue 42 item 5b: FlashInferAttnBackend.__init__ sets SGLANG_FLASHINFER_WORKSPACE_SIZE to 2 GiB under
     # --enable-deterministic-inference, after its architecture list and over a user's export
-    # (flashinfer_backend.py 0.5.5:183, 0.5.23:442-451); SGLang's resolution answered 384 MiB (512 MiB for Qwen3)
+    # (flashinfer_backend.py 0.5.5:183, 0.5.23:437-451); SGLang's resolution answered 384 MiB (512 MiB for Qwen3)
     GIB2 = 2048 * 1024 * 1024
     for name, cfg in (("llama8b", LLAMA_8B), ("qwen3-32b", QWEN3_32B)):
         m = _model(tmp_path, name, cfg)
