@@ -248,12 +248,22 @@ def _version():
 
 def answer_line(produce) -> int:
     """Print ``produce()``'s answer as the one ``MARK`` line; anything raised (SystemExit from
-    SGLang's parser included) is the answer's one-line refusal, never a traceback."""
+    SGLang's parser included) is the answer's one-line refusal, never a traceback; raised at our own
+    call into SGLang (``guard_core.deployment.our_call``), it says that the error is ours."""
     try:
         res = produce()
     except BaseException as exc:
+        from guard_core.deployment.our_call import our_call_error
+
+        ours = our_call_error(exc)
         msg = " ".join(str(exc).split())[:400]
-        res = {"ok": False, "refusal": f"SGLang refused the command: {type(exc).__name__}: {msg}"}
+        if ours is not None:  # OUR call into SGLang failed (a changed signature, a moved function)
+            label = f"SGLang {_version() or ''}".strip()
+            res = {"ok": False, "ours": True,
+                   "refusal": f"flashinfer-guard's own call into {label} failed (our error, not {label}'s refusal): "
+                              f"{ours}"[:500]}
+        else:
+            res = {"ok": False, "refusal": f"SGLang refused the command: {type(exc).__name__}: {msg}"}
     sys.stdout.write(MARK + json.dumps(res, default=str) + "\n")
     sys.stdout.flush()
     return 0

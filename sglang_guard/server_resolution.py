@@ -8,7 +8,8 @@ resolution take them as it takes the command's. The resolution itself is ``plan_
 (SGLang's ServerArgs and ModelConfig on the simulated GPU, the adapter's ``workspace_facts``).
 The buffer SGLang allocates: ``SGLANG_FLASHINFER_WORKSPACE_SIZE`` as SGLang's ``envs`` reads it
 in the server's environment, raised to 512 MiB for the architectures its backend sets so
-(``sglang_defaults.sglang_default_workspace``, flashinfer_backend.py).
+(``sglang_defaults.sglang_default_workspace``, flashinfer_backend.py), and 2 GiB under
+``--enable-deterministic-inference``, which the backend sets last, over both (0.5.23:437-451).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ def _options(flags: dict) -> list[str]:
 def answer(req: dict) -> dict:
     import os
 
+    from guard_core.decide.fixed_split import SGLANG_FORCED_BYTES
     from guard_core.deployment.sglang_defaults import SGLANG_LARGE, sglang_default_workspace
     from guard_core.gpus import find_spec, gpu_memory
 
@@ -77,8 +79,18 @@ def answer(req: dict) -> dict:
 
     own = int(envs.SGLANG_FLASHINFER_WORKSPACE_SIZE.get())
     user = own if "SGLANG_FLASHINFER_WORKSPACE_SIZE" in os.environ else None
+    source = (f"SGLANG_FLASHINFER_WORKSPACE_SIZE as SGLang {line}'s envs reads it"
+              + (" (the user's)" if user is not None else " (its default)"))
     if sglang_default_workspace(line, r.get("architecture")) == SGLANG_LARGE:
         own, user = SGLANG_LARGE, None  # the backend .set()s 512 MiB over the user's value
+        source = f"SGLang {line} sets 512 MiB for {r.get('architecture')} (flashinfer_backend.py), over a user's value"
+    if r.get("deterministic"):
+        # FlashInferAttnBackend.__init__ under --enable-deterministic-inference:
+        # envs.SGLANG_FLASHINFER_WORKSPACE_SIZE.set(2048 * 1024 * 1024) after the architecture list, over
+        # a user's value (flashinfer_backend.py 0.5.5:183, 0.5.23:437-451; SGLang PR #30244 open)
+        own, user = SGLANG_FORCED_BYTES, None
+        source = (f"--enable-deterministic-inference: SGLang {line} sets SGLANG_FLASHINFER_WORKSPACE_SIZE to 2 GiB, "
+                  "over a user's value (flashinfer_backend.py 0.5.5:183, 0.5.23:437-451)")
     from guard_core.versions import flashinfer_version
 
     builders = []
@@ -91,7 +103,7 @@ def answer(req: dict) -> dict:
                      head_dim_qk=lay["head_dim_qk"], head_dim_vo=lay["head_dim_vo"], count=f["num_layers"] or 1,
                      window=None, sinks=False)
         builders.append({"facts": facts, "server_bytes": own, "user_bytes": user, "group": group,
-                         "runner": f["runner"]})
+                         "runner": f["runner"], "server_source": source, "fixed_split": bool(f.get("fixed_split"))})
     k = r.get("speculative_num_draft_tokens")
     sizes = res["facts"][0]["limits"]["capture_sizes"]
     resolved = dict(r, max_num_seqs=r.get("max_running_requests"), max_batched_tokens=r.get("chunked_prefill_size"),

@@ -30,7 +30,10 @@ the server's own, step by step:
 
 The answer carries those facts, vLLM's buffer and the user's, and the settings vLLM resolved;
 ``plan`` decides with them as the adapter does. Any refusal (vLLM's parser, its config, its
-builder) is ``{"ok": false, "refusal": one line}``.
+builder) is ``{"ok": false, "refusal": one line}``; with ``"refuses": true`` (and ``"label"``,
+``"message"``) where vLLM itself would refuse to start with the deployment (its config validation; its
+FlashInfer builder where the command chose FlashInfer), with ``"ours": true`` where our own call into
+vLLM failed (a changed signature, a moved function: ``guard_core.deployment.our_call``).
 """
 
 from __future__ import annotations
@@ -53,6 +56,37 @@ FLAG_OPTIONS = {"tp": "tensor_parallel_size", "dcp": "decode_context_parallel_si
 
 def _one_line(what: str, exc: BaseException) -> str:
     return f"{what}: {type(exc).__name__}: {' '.join(str(exc).split())}"[:400]
+
+
+class _NotBuiltHere(ValueError):
+    """A deployment this resolution does not build (ours to say, not vLLM's refusal)."""
+
+
+def _failed(what: str, exc: BaseException, label: str, refuses: bool = False) -> dict:
+    """The answer for a failure: OUR call into vLLM (a changed signature, a moved function:
+    ``guard_core.deployment.our_call``) is our error, said as such, and plan falls back to its rules;
+    else ``what`` vLLM did, and ``refuses``: vLLM itself would refuse to start with this deployment
+    (plan exits 2 with vLLM's message); without it plan falls back to its rules."""
+    from guard_core.deployment.our_call import our_call_error
+
+    ours = our_call_error(exc)
+    if ours is not None:
+        return {"ok": False, "ours": True,
+                "refusal": f"flashinfer-guard's own call into {label} failed (our error, not {label}'s refusal): "
+                           f"{ours}"[:500]}
+    ans = {"ok": False, "refusal": _one_line(what, exc)}
+    if refuses:
+        ans.update(refuses=True, label=label, message=" ".join(str(exc).split())[:400] or type(exc).__name__)
+    return ans
+
+
+def _flashinfer_chosen(vc) -> bool:
+    """The command (or VLLM_ATTENTION_BACKEND) chose FlashInfer's attention backend: vLLM then runs
+    this builder or refuses to start; otherwise its selector picks another backend where this one
+    cannot serve the model."""
+    backend = getattr(getattr(vc, "attention_config", None), "backend", None)
+    name = str(getattr(backend, "name", backend) or os.environ.get("VLLM_ATTENTION_BACKEND") or "")
+    return name.upper() == "FLASHINFER"
 
 
 def _engine_args(req: dict):
@@ -115,8 +149,8 @@ def _attention_layers(vc, rows):
     with set_current_vllm_config(vc):
         for i, r in enumerate(rows):
             if r["head_dim_vo"] != r["head_dim_qk"]:
-                raise ValueError(f"a layer with value head dim {r['head_dim_vo']} != {r['head_dim_qk']} is not "
-                                 "built here")
+                raise _NotBuiltHere(f"a layer with value head dim {r['head_dim_vo']} != {r['head_dim_qk']} is not "
+                                    "built here")
             kw = {}
             if r.get("sinks"):
                 # vllm models/gpt_oss.py OAIAttention: sinks, one per query head
@@ -188,17 +222,28 @@ def resolve(req: dict) -> dict:
         simulate(req["gpu"], req.get("trtllm"))
         _inspect_in_this_process()
     except Exception as exc:
-        return {"ok": False, "refusal": _one_line("vLLM could not be loaded", exc)}
+        return _failed("vLLM could not be loaded", exc, _label())
     label = f"vLLM {line}"
     try:
         ea = _engine_args(req)
     except Exception as exc:
-        return {"ok": False, "refusal": _one_line(f"{label}'s parser refuses the command", exc)}
+        return _failed(f"{label}'s parser refuses the command", exc, label)
     try:
         vc = ea.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
     except Exception as exc:
-        return {"ok": False, "refusal": _one_line(f"{label} refuses the config", exc)}
+        # vLLM's validation of the deployment (a ValueError, pydantic's ValidationError included): the
+        # server refuses to start with it; anything else may be this offline process's, not the server's
+        return _failed(f"{label} refuses the config", exc, label, refuses=isinstance(exc, ValueError))
     return _builders(vc, label, read_config, req["gpu"])
+
+
+def _label() -> str:
+    from importlib import metadata
+
+    try:
+        return f"vLLM {metadata.version('vllm')}"
+    except Exception:
+        return "vLLM"
 
 
 def _builders(vc, label: str, read_config, gpu_key: str) -> dict:
@@ -238,8 +283,14 @@ def _builders(vc, label: str, read_config, gpu_key: str) -> dict:
                 facts = read_facts(b, gpus.lookup_gpu(gpu_key), flashinfer_version() or "")
                 out.append({"facts": _facts_dict(facts), "server_bytes": int(srv), "user_bytes": user,
                             "group": dict(named[0][1], count=sum(int(r["count"]) for _, r in named))})
+    except _NotBuiltHere as exc:
+        return {"ok": False, "refusal": f"{label}: {exc}", "resolved": resolved}
     except Exception as exc:
-        return {"ok": False, "refusal": _one_line(f"{label}'s FlashInfer builder refuses", exc), "resolved": resolved}
+        # vLLM's own builder refuses the deployment (gpt-oss's attention sinks without TRT-LLM attention,
+        # v1/attention/backends/flashinfer.py 0.23.0:680-685): where the command chose FlashInfer, vLLM
+        # would refuse to start; else its backend selector picks another backend for this model
+        ans = _failed(f"{label}'s FlashInfer builder refuses", exc, label, refuses=_flashinfer_chosen(vc))
+        return dict(ans, resolved=resolved)
     return {"ok": True, "label": label, "builders": out, "resolved": resolved}
 
 
@@ -272,7 +323,7 @@ def main() -> int:
                 raise req
             ans = resolve(req)
         except Exception as exc:
-            ans = {"ok": False, "refusal": _one_line("vLLM's resolution failed", exc)}
+            ans = _failed("vLLM's resolution failed", exc, _label())
         sys.stdout.write(MARK + json.dumps(ans, default=str) + "\n")
         sys.stdout.flush()
     return 0

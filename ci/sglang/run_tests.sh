@@ -53,6 +53,7 @@ for v in "${lines[@]}"; do
   if [ "${FLASHINFER_GUARD_FULL:-0}" != 1 ]; then
     case "$v" in
       0.5.5) select=(tests/sglang/test_mla_net_realcalls.py tests/sglang/test_loading_and_faults.py tests/sglang/test_workspace.py tests/sglang/test_kv_budget.py
+                     tests/sglang/test_server_signatures.py
                      tests/sglang/test_defaults_crosscheck.py tests/sglang/test_launch_parser.py tests/sglang/test_capture_replica.py
                      "$t/test_plan_parity.py::test_plan_agrees_with_the_adapter_on_generated_deployments"
                      "$t/test_realcalls.py::test_seed_without_guard_through_sglangs_capture_path"
@@ -63,6 +64,7 @@ for v in "${lines[@]}"; do
                       tests/sglang/test_differential.py tests/sglang/test_model_groups.py
                       tests/sglang/test_launch_parser.py tests/sglang/test_defaults_crosscheck.py
                       tests/sglang/test_plan_parity.py tests/sglang/test_capture_replica.py tests/sglang/test_workspace_ask.py tests/sglang/test_plan_server_resolution.py
+                      tests/sglang/test_server_signatures.py
                       "$t/test_workspace.py::test_loaded_by_sglangs_own_mechanism"
                       "$t/test_workspace.py::test_without_guard_the_seed_overflow_reproduces_or_is_fixed_upstream"
                       "$t/test_workspace.py::test_qwen35_shape_without_guard_is_too_small_on_old_flashinfer"

@@ -143,3 +143,37 @@ def test_sglangs_own_refusal_is_one_answer_line():
     assert p.returncode == 0 and len(lines) == 1 and "Traceback" not in p.stdout + p.stderr
     res = json.loads(lines[0][len(MARK):])
     assert res["ok"] is False and res["refusal"].startswith("SGLang refused the command: SystemExit")
+
+
+def test_deterministic_inference_is_sized_against_the_2_gib_sglang_sets(tmp_path):
+    # issue 42 item 5b: FlashInferAttnBackend.__init__ sets SGLANG_FLASHINFER_WORKSPACE_SIZE to 2 GiB under
+    # --enable-deterministic-inference, after its architecture list and over a user's export
+    # (flashinfer_backend.py 0.5.5:183, 0.5.23:437-451); SGLang's resolution answered 384 MiB (512 MiB for Qwen3)
+    GIB2 = 2048 * 1024 * 1024
+    for name, cfg in (("llama8b", LLAMA_8B), ("qwen3-32b", QWEN3_32B)):
+        m = _model(tmp_path, name, cfg)
+        opts = ["--attention-backend", "flashinfer", "--enable-deterministic-inference", "--context-length", "8192"]
+        code, r, err = plan("--gpu", "h200", *_cmd(m, opts))
+        assert code == 0, err
+        assert r["resolution"]["server"] is True, r["resolution"]
+        assert r["resolution"]["resolved"]["deterministic"] is True
+        assert (r["server_default_bytes"], r["workspace_bytes"]) == (GIB2, GIB2), name
+        assert "deterministic" in r["server_default_source"]
+        assert r["fixed_split"]["server_bytes"] == GIB2
+        # the per-line rules size the same mode against the same buffer
+        code, rules, err = plan("--gpu", "h200", *_cmd(m, opts), reader="builtin")
+        assert code == 0, err
+        assert rules["workspace_bytes"] == GIB2
+        print(f"{name} deterministic: SGLang's resolution {r['workspace_bytes']:,} B, need "
+              f"{r['need']['float_bytes']:,} B ({r['verdict']}); rules need {rules['need']['float_bytes']:,} B "
+              f"({rules['verdict']})")
+
+
+def test_sglangs_resolution_runs_with_plans_default_gpu(tmp_path):
+    # issue 42 item 5a: plan's default GPU is B300 (SM103); the --trtllm-attention condition is vLLM's, so
+    # SGLang's own resolution runs there with plan's defaults (it was "--resolution server: TRT-LLM ...", exit 2)
+    m = _model(tmp_path, "llama8b", LLAMA_8B)
+    code, r, err = plan(*_cmd(m, ["--attention-backend", "flashinfer", "--max-running-requests", "64"]))
+    assert code == 0, err
+    assert r["simulated"]["gpu"]["key"] == "b300" and r["resolution"]["server"] is True, r["resolution"]
+    assert r["resolution"]["used"] == f"SGLang {SGLANG}'s own engine config"

@@ -118,9 +118,12 @@ def test_server_resolution_gpt_oss_ceiling_and_refusals(tmp_path):
     capture ceiling to 1024 (GptOssForCausalLMConfig.verify_and_update_config) and captures up to it.
     vLLM's FlashInfer builder then refuses gpt-oss's attention sinks on H200 without TRT-LLM
     attention (v1/attention/backends/flashinfer.py 0.23.0:680, 0.33.0:1093): the server never plans
-    this model in FlashInfer's buffer there, and the answer is a one-line refusal (plan falls through
-    to its built-in rules, which size the same ceiling). A config vLLM refuses (a context longer than
-    the model's, config/model.py _get_and_verify_max_len) is a one-line refusal too."""
+    this model in FlashInfer's buffer there. Where the command chose FlashInfer (--attention-backend
+    FLASHINFER) vLLM would refuse to start: the answer says so (``refuses``, vLLM's message) and plan
+    exits 2 with "vLLM <line> would refuse to start: <its message>" (issue 42 item 3; it fell through
+    to its built-in rules, exit 0); without the choice vLLM's selector picks another backend and plan
+    falls through to its rules, in one line. A config vLLM refuses (a context longer than the model's,
+    config/model.py _get_and_verify_max_len) is vLLM refusing to start too."""
     oss, q8 = tmp_path / "oss", tmp_path / "q8"
     oss.mkdir(), q8.mkdir()
     shutil.copy(CORPUS / "gpt-oss-120b.json", oss / "config.json")
@@ -129,7 +132,9 @@ def test_server_resolution_gpt_oss_ceiling_and_refusals(tmp_path):
     ans = _resolve([{"tokens": ["--max-num-seqs", "1024"], "model": str(oss), "gpu": "h200", "trtllm": None},
                     {"tokens": ["--max-model-len", str(4 * cfg["max_position_embeddings"])], "model": str(q8),
                      "gpu": "h200", "trtllm": None},
-                    {"tokens": [], "model": str(q8), "gpu": "h200", "trtllm": None}],
+                    {"tokens": [], "model": str(q8), "gpu": "h200", "trtllm": None},
+                    {"tokens": ["--max-num-seqs", "1024", "--attention-backend", "FLASHINFER"], "model": str(oss),
+                     "gpu": "h200", "trtllm": None}],
                    # a process where this host's vLLM disables Triton (a GPU hidden by a non-empty
                    # CUDA_VISIBLE_DEVICES, no driver: vllm/triton_utils/importing.py), as in the parity
                    # probe's in-process resolution; plan's own subprocess sets "" (vLLM's lenient check)
@@ -144,8 +149,23 @@ def test_server_resolution_gpt_oss_ceiling_and_refusals(tmp_path):
     assert a["ok"] is False and a["resolved"]["max_capture"] == 1024, a
     assert a["resolved"]["cudagraph_capture_sizes"][-1] == 1024 and a["resolved"]["max_num_seqs"] == 1024
     assert a["refusal"].startswith(f"vLLM {VLLM}'s FlashInfer builder refuses") and "attention sinks" in a["refusal"]
+    assert not a.get("refuses") and not a.get("ours"), a  # no FlashInfer chosen: vLLM picks another backend
+    c = ans[3]
+    assert c["ok"] is False and c["refuses"] is True and not c.get("ours"), c
+    assert c["label"] == f"vLLM {VLLM}" and "attention sinks" in c["message"]
     b = ans[1]
     assert b["ok"] is False and b["refusal"].startswith(f"vLLM {VLLM} refuses the config"), b
-    assert "\n" not in a["refusal"] + b["refusal"]
+    assert b["refuses"] is True and not b.get("ours"), b
+    assert "\n" not in a["refusal"] + b["refusal"] + c["message"]
+    # plan: the deployment with FlashInfer chosen is vLLM refusing to start (exit 2, its message, one line)
+    p = subprocess.run([sys.executable, "-m", "guard_core.commands.cli", "plan", "--framework-version", VLLM, "--gpu",
+                        "h200", "--", "vllm", "serve", str(oss), "--max-num-seqs", "1024", "--attention-backend",
+                        "FLASHINFER"], capture_output=True, text=True, env=_env(), cwd=str(REPO), timeout=900)
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and p.stdout == "" and "Traceback" not in p.stderr, p.stderr[-3000:]
+    assert len(lines) == 1 and f"vLLM {VLLM} would refuse to start: " in lines[0] and "attention sinks" in lines[0]
+    # without the choice: plan falls through to its rules (exit 0), saying why in one line
+    r = _plan("--gpu", "h200", "--", "vllm", "serve", str(oss), "--max-num-seqs", "1024")
+    assert r["resolution"]["server"] is False and "attention sinks" in r["resolution"]["why"], r["resolution"]
     print(f"vLLM {VLLM}, gpt-oss-120b H200 --max-num-seqs 1024: capture ceiling {a['resolved']['max_capture']} "
           f"(vLLM's own); {a['refusal'][:120]}")

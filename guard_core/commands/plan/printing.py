@@ -181,6 +181,9 @@ def _print_remedies(r: dict, w) -> None:
         w(f"  - pip install flashinfer-guard in the server's environment: the need is not affordable "
           f"(FLASHINFER_GUARD_WORKSPACE_MAX {fmt_size(fx['max_bytes'])}); it raises the buffer to "
           f"{fmt_size(fx['allocate_bytes'])} (prompts up to {fx['longest_prompt']:,} tokens) and says so; or\n")
+    elif r.get("guard") and not r["guard"]["enabled"]:
+        w(f"  - let the guard run in the server (it does not: {r['guard']['line']}): it raises the buffer to "
+          f"{fmt_size(rem['workspace_bytes'])} automatically; or\n")
     else:
         w(f"  - pip install flashinfer-guard in the server's environment: it raises the buffer to "
           f"{fmt_size(rem['workspace_bytes'])} automatically; or\n")
@@ -216,7 +219,9 @@ def _print_fixed_split(r: dict, w) -> None:
 
 def _print_guard(r: dict, w) -> None:
     g = r.get("guard")
-    if g:
+    if g and not g["enabled"]:
+        w(f"guard      does not run in the server: {g['line']}; the verdict is the server's own, unguarded\n")
+    elif g:
         sw = ", ".join(f"{k}={v}" for k, v in g["switches"].items())
         w(f"guard      inside the server{' (' + sw + ')' if sw else ''} it logs: {g['line']}\n")
     if r.get("kv_budget"):

@@ -43,6 +43,8 @@ class ServerConfig:
     deterministic: bool
     record: dict  # what every plan says, sized or not
     deployment: Any  # server_defaults.Deployment: what ``defaults`` were derived from
+    # why the guard does not load in the server process (guard_core.deployment.guard_loading), or None
+    guard_off: str | None = None
 
     @property
     def line(self) -> str:

@@ -125,8 +125,8 @@ def _guard_fields(server: ServerConfig, dd: Decided) -> dict:
     s = server.settings
     switches = {k: v for k, v in s.describe().items() if k in server.environ}
     if dd.guard is None:
-        return {"enabled": False, "switches": switches, "line": f"{MASTER}=0: the guard stands down",
-                "allocate_bytes": None}
+        why = server.guard_off or f"{MASTER}=0: the guard stands down"
+        return {"enabled": False, "switches": switches, "line": why, "why": why, "allocate_bytes": None}
     d = dd.guard.decision
     return {"enabled": True, "switches": switches, "action": d.action, "line": d.line,
             "allocate_bytes": d.allocate_bytes}

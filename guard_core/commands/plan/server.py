@@ -9,11 +9,12 @@ from guard_core.commands.plan.command import server_environ
 from guard_core.commands.plan.model_source import mtp_depth, plan_model
 from guard_core.commands.plan.records import Command, PlanUsageError, ServerConfig
 from guard_core.decide.records import moe_verdict
+from guard_core.deployment.guard_loading import not_loaded
 from guard_core.deployment.server_defaults import (Deployment, ServerShape, derive, framework_label, gpu_memory,
                                                    is_aarch64_gpu, short_line)
 from guard_core.flashinfer.planner import family
 from guard_core.gpus import find_spec
-from guard_core.runtime.settings import MOE, load_settings
+from guard_core.runtime.settings import MOE, Settings, load_settings
 
 __all__ = ["PLAN_FLAGS", "resolve_server"]
 
@@ -35,14 +36,23 @@ def resolve_server(a, cmd: Command, resolve_gpu, environ) -> ServerConfig:
     env, env_why = server_environ(L, environ)
     settings = load_settings(env)
     notes += [f"{w} (in the environment the server sees)" for w in settings.warnings]
+    # whether the guard loads there at all (FLASHINFER_GUARD=0, VLLM_PLUGINS, SGLANG_PLUGINS): where it does
+    # not, every stage after this one runs as with the master switch off (the unguarded answer)
+    guard_off = not_loaded(fw, env, settings.enabled)
+    if guard_off and settings.enabled:
+        settings = Settings(False, settings.moe, settings.moe_fixed_in, settings.workspace, settings.workspace_bytes,
+                            settings.log_level, settings.warnings, settings.workspace_max, settings.reserve)
     det = fw == "sglang" and bool(getattr(a, "deterministic", False) or (L and L.deterministic))
     if getattr(a, "deterministic", False) and fw != "sglang":
         raise PlanUsageError("--deterministic is SGLang's --enable-deterministic-inference; vLLM's batch-invariant "
                              "mode plans without split-KV (docs/deterministic.md)")
     record = _base_record(a, L, fw, gpu, gpu_key, model, model_source, defaults, settings)
     record["environment"] = env_why
+    if guard_off:
+        # the MoE guard is part of the same plugin: nothing of it runs either
+        record["moe"].update(block=False, verdict=f"not applied: {guard_off}", guard_loads=False)
     return ServerConfig(model, model_source, model_path, gpu, gpu_key, defaults, kv_dtype, env, env_why, settings,
-                        det, record, d)
+                        det, record, d, guard_off)
 
 
 def _pick(flag_value, cmd_value, name: str, notes: list, flag: str):

@@ -12,7 +12,10 @@ answer line, ``FLASHINFER_GUARD_RESOLVED {json}``:
 - answer: ``{"ok": true, "label": "<Server> <version>", "builders": [{"facts": a
   WorkspaceFacts as a dict, "server_bytes", "user_bytes", "group": the layer group, "runner": ""
   or SGLang's "target"/"draft" (optional)}],
-  "resolved": {the settings the server resolved}}``, or ``{"ok": false, "refusal": one line}``.
+  "resolved": {the settings the server resolved}}``, or ``{"ok": false, "refusal": one line}``, with
+  ``"refuses": true, "label", "message"`` where the server itself would refuse to start with the
+  deployment (plan exits 2: "<Server> <version> would refuse to start: <its message>"), or ``"ours":
+  true`` where our own call into the server failed (its one line says so; plan falls back to its rules).
 
 The facts become the ``FactsSet`` the next stage (``decide``) takes, exactly as ``build_facts``'s
 would; any refusal, a timeout or a missing module falls through to the built-in rules
@@ -41,6 +44,19 @@ _FLAGS = ("tp", "dcp", "max_num_seqs", "max_batched_tokens", "max_model_len", "k
 _WHAT_IFS = (("kv_dtype_bytes", "--kv-dtype-bytes"), ("v_head_dim", "--v-head-dim"), ("sms", "--sms"),
              ("cc", "--cc"), ("deterministic", "--deterministic"))
 
+# what each server's own resolution needs that plan must settle first (issue 42 item 5: a rule of
+# one server is not applied to the other): vLLM's FlashInfer backend asks FlashInfer whether its
+# TRT-LLM attention cubins load on an SM10x host (vllm/utils/flashinfer.py supports_trtllm_attention,
+# read by FlashInferMetadataBuilder), which the simulated GPU cannot answer; SGLang's resolution asks
+# no such thing: it picks its attention backend from the GPU's compute capability (the simulated
+# one) and the command, and its FlashInfer backend plans with FlashInfer's planners on any GPU, so
+# it runs on SM10x (plan's default GPU, B300) without the flag.
+_SERVER_RULES = {
+    "vllm": {"trtllm_on_sm10x": ("TRT-LLM attention on SM10x depends on FlashInfer's cubins on the server host; "
+                                 "--trtllm-attention on|off settles it")},
+    "sglang": {},
+}
+
 
 def server_facts(a, cmd: Command, server: ServerConfig, model: ModelView) -> FactsSet | None:
     """Stage 4 resolved by the server (module doc), or None: the built-in rules decide, and
@@ -51,12 +67,19 @@ def server_facts(a, cmd: Command, server: ServerConfig, model: ModelView) -> Fac
     why = _cannot_run(a, fw, server, mode)
     if why is None:
         ans = _ask(fw, _request(a, cmd, server), server.environ)
+        if ans.get("ok") and server.deterministic and not any(b.get("fixed_split") for b in ans.get("builders") or ()):
+            ans = {"ok": False, "refusal": f"{ans.get('label')}'s resolution read no fixed splits for "
+                                          "--enable-deterministic-inference (the built-in rules size that mode)"}
         if ans.get("ok") and ans.get("builders"):
             fs = _facts_set(a, cmd, server, model, ans)
             server.record["resolution"] = {"used": f"{ans['label']}'s own engine config", "server": True,
                                            "resolved": ans.get("resolved")}
             _settings_from(server.record, ans)
             return fs
+        if ans.get("refuses") and not ans.get("ours"):
+            # the server's own resolution refuses the deployment: it would not start (exit 2, its message)
+            raise PlanUsageError(f"{ans.get('label') or framework_label(fw)} would refuse to start: "
+                                 f"{ans.get('message') or ans.get('refusal')}")
         why = ans.get("refusal") or ("an MLA model" if ans.get("mla") else "no answer")
     if mode == "server":
         raise PlanUsageError(f"--resolution server: {why}")
@@ -89,9 +112,9 @@ def _cannot_run(a, fw: str, server: ServerConfig, mode: str) -> str | None:
             return f"{flag} is a what-if outside the server's config"
     if not server.gpu_key:
         return "a GPU outside the table"
-    if server.gpu.cc[0] == 10 and getattr(a, "trtllm_attention", None) is None:
-        return ("TRT-LLM attention on SM10x depends on FlashInfer's cubins on the server host; "
-                "--trtllm-attention on|off settles it")
+    rule = _SERVER_RULES.get(fw, {}).get("trtllm_on_sm10x")
+    if rule and server.gpu.cc[0] == 10 and getattr(a, "trtllm_attention", None) is None:
+        return rule
     return None
 
 
@@ -162,11 +185,28 @@ def _facts_set(a, cmd: Command, server: ServerConfig, model: ModelView, ans: dic
         pl_info["notes"].append("planner given: " + ", ".join(
             f"{n} {v}" for n, v in (("decode", a.decode_planner), ("prefill", a.prefill_planner)) if v))
     model.rank_groups = [g for g, _r, _f, _b in groups]
-    src = f"{ans['label']}'s own size (the adapter's reading of its builder)"
+    src = f"{ans['label']}'s own size (" + (top[3].get("server_source") or "the adapter's reading of its builder") + ")"
     if user is not None:
         src += "; the user's own size"
+    fixed_info = None
+    if any(b.get("fixed_split") for _g, _r, _f, b in groups):
+        # SGLang's deterministic inference as its own resolution read it: the fixed splits the
+        # backend plans with (its limits), sized by the same fixed-split decision as the rules'
+        server.deterministic = True
+        fixed_info = _fixed_info(top[2].limits, server.environ)
     return FactsSet([(g, r, f) for g, r, f, _b in groups], top[2].limits, top[2].layout.kv_dtype_bytes, pl_info,
-                    srv, src, user, buffer, None)
+                    srv, src, user, buffer, fixed_info)
+
+
+def _fixed_info(limits, environ: dict) -> dict:
+    """The deterministic mode's record (``facts._deterministic_limits``'s) from the server's limits."""
+    from guard_core.deployment.launch_command import READ_ENV
+
+    env = {k: environ[k] for k in READ_ENV if k in environ and "SPLIT_TILE" in k}
+    return {"mode": "deterministic", "prefill_split_tile_size": limits.fixed_split_prefill,
+            "decode_split_tile_size": limits.fixed_split_decode,
+            "split_source": ", ".join(f"{k}={v}" for k, v in env.items()) or "SGLang's defaults",
+            "kv_pool_tokens": limits.kv_pool_tokens}
 
 
 def _workspace_facts(d: dict, server: ServerConfig, given):

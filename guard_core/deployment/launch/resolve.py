@@ -160,8 +160,8 @@ def resolve(framework: str, form: str, ns: dict, seen: list, env: dict, environ,
                          "own default")
     out.workspace_bytes, out.workspace_source = ws, src
     for k in sorted(env):
-        if k == NATIVE_VAR[framework] or k.startswith("FLASHINFER_GUARD"):
-            continue  # read by the plan from the environment the server sees
+        if k == NATIVE_VAR[framework] or k.startswith("FLASHINFER_GUARD") or k in ("VLLM_PLUGINS", "SGLANG_PLUGINS"):
+            continue  # read by the plan from the environment the server sees (the plugin lists: guard_loading)
         if framework == "sglang" and k in READ_ENV:
             out.env[k] = str(env[k])[:64]
             continue
