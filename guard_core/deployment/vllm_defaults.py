@@ -4,7 +4,8 @@ batch tier, batched tokens, CUDA-graph capture sizes, the FlashInfer it pins, it
 from __future__ import annotations
 
 from guard_core.deployment.deployment_record import (Defaults, Deployment, Derived, draft_context_page,
-                                                   known_line, line_at_least, pinned_flashinfer, short_line)
+                                                   known_line, line_at_least, pin_source, pinned_flashinfer,
+                                                   short_line)
 from guard_core.gpus import gpu_memory
 from guard_core.units import GIB, MIB
 from guard_core.versions import parse_version
@@ -172,7 +173,7 @@ def _vllm_cuda_graphs(out: Defaults, d: Deployment, rules: str, label: str, give
 
 def _vllm_workspace(out: Defaults, d: Deployment, label: str, tokens: int) -> Defaults:
     out.values["flashinfer"] = (Derived(d.flashinfer, "given", True) if d.flashinfer else
-                                Derived(pinned_flashinfer("vllm", out.line), f"{label} pins it"))
+                                Derived(pinned_flashinfer("vllm", out.line), pin_source("vllm", out.line, label)))
     return out
 
 
