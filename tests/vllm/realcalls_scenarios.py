@@ -180,6 +180,8 @@ LINES = {
     "0.23.0": ["l40s", "h200", "b200_trtllm", "b200_no_trtllm"],
     "0.32.0": ["h200", "b200_no_trtllm_1024"],
     "0.33.0": ["l40s", "b200_no_trtllm_1024", "h100_issue17", "b300_issue17", "a100_issue27"],
+    # 0.34.0 (FlashInfer 0.7.4: the >=0.7.4 sizing family, Model Runner V2 alone): 0.33.0's groups
+    "0.34.0": ["l40s", "b200_no_trtllm_1024", "h100_issue17", "b300_issue17", "a100_issue27"],
 }
 
 # generated case name -> the published model its shape comes from
