@@ -55,7 +55,13 @@ def _default_and_selected(path: Path, var: str) -> tuple[list[str], set[str]]:
     default = re.search(r"\$\{" + var + r":-([^}]*)\}", text)
     assert default, f"{path.name}: no default for {var}"
     labels = set(re.findall(r"^\s*(\d+\.\d+\.\d+)\)", text, re.M))
-    return default.group(1).split(), labels
+    value = default.group(1)
+    ref = re.fullmatch(r"\$(\w+)", value.strip())
+    if ref:  # the default named in ci/lib.sh (FG_VLLM_LINES_DEFAULT, FG_SGLANG_LINES_DEFAULT)
+        lib = re.search(r'^' + ref.group(1) + r'="([^"]*)"', _code(CI / "lib.sh"), re.M)
+        assert lib, f"{path.name}: {ref.group(1)} is not set in ci/lib.sh"
+        value = lib.group(1)
+    return value.split(), labels
 
 
 def test_default_ci_runs_are_checked_lines_with_locks():
