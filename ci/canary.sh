@@ -125,7 +125,8 @@ import sys; m = sys.modules.get("sglang_guard.plugin"); print("REGISTERED", bool
   (cd "$out" && HF_HUB_OFFLINE=1 VLLM_TARGET_DEVICE=cpu CUDA_VISIBLE_DEVICES="" timeout 600 "$py" -c "$load") \
     > "$out/$fw.loader.log" 2>&1
   if grep -q '^REGISTERED True' "$out/$fw.loader.log"; then
-    step loader ok "registered by the server's loader; $(grep -m1 -o 'support: .*' "$out/$fw.loader.log")"
+    note="$(grep -m1 -o 'support: .*' "$out/$fw.loader.log")"
+    step loader ok "registered by the server's loader${note:+; $note}"
   else
     step loader FAILED "$(grep -m1 -E 'Error|REGISTERED|flashinfer-guard' "$out/$fw.loader.log")"; status=1
   fi
