@@ -156,8 +156,11 @@ def update_readme(path: Path, rows: list[str]) -> bool:
     return True
 
 
-def _trailer(over: list[str]) -> str:
+def _trailer(over: list[str], missing: list[str] = ()) -> str:
     text = ""
+    if missing:
+        text += ("\nChecked lines without a row yet (not run through `bash ci/matrix.sh` since they became "
+                 "lines; `bash ci/matrix.sh " + " ".join(missing) + "` adds them): " + ", ".join(missing) + ".\n")
     if over:
         text += ("\nOverrides: where a release pins a distribution the registry does not have, its lock "
                  "installs the nearest one that installs and imports in its place, and the line is checked "
@@ -197,7 +200,8 @@ def main(folder: str, out: str, command: str, readme: str | None = None) -> int:
         "H200); the MoE column is a simulated aarch64 host with an SM100 GPU and an explicit "
         "`flashinfer_trtllm` MoE backend.\n\n"
         + HEADER + "\n|" + "---|" * 9 + "\n" + "\n".join(rows) + "\n"
-        + _trailer(overrides(Path(__file__).resolve().parent / "locks")))
+        + _trailer(overrides(Path(__file__).resolve().parent / "locks"),
+                   [ln for ln in ORDER if not any(r.startswith(f"| {ln} |") for r in rows)]))
     print(f"wrote {out_p} ({len(rows)} lines)")
     if readme and update_readme(Path(readme), rows):
         print(f"updated the per-version table in {readme}")
