@@ -79,9 +79,18 @@ esac
 # pypi.nvidia.com, which a machine with only PyPI (and our CI) cannot reach, so
 # the install fails. 1.6.0, the final release of the same version, is a wheel.
 # cuda-tile is a GPU kernel compiler: no CPU test runs it; it only has to import.
+#
+# vLLM 0.34.0 pins flashinfer-python==0.7.3, which the registry does not have
+# (0.7.3 was never published there; 0.7.2.post1 and 0.7.4 are), so the line
+# cannot be resolved as pinned. 0.7.4, the next release, is a wheel that
+# installs and imports beside vLLM 0.34.0 (ci/check_env.py smoke vllm); it is
+# the FlashInfer a user of the registry gets with an override, and the one the
+# 0.34.0 row of guard_core/flashinfer/releases.py records. The override is
+# exact: any other FlashInfer would change what the line checks.
 overrides=()
 case "$name" in
   sglang-0.5.20|sglang-0.5.22) overrides+=("cuda-tile==1.6.0") ;;
+  vllm-0.34.0) overrides+=("flashinfer-python==0.7.4") ;;
 esac
 [ ${#overrides[@]} -eq 0 ] || { printf '%s\n' "${overrides[@]}" > "$work/overrides.txt"; extra+=(--overrides "$work/overrides.txt"); }
 

@@ -113,6 +113,21 @@ def row(folder: Path, line: str, stamp: str) -> str | None:
             f"{workspace(p, 'qwen35')} | {workspace(p, 'qwen3vl')} | {moe(p, fw)} | {stamp} |")
 
 
+def overrides(locks: Path) -> list[str]:
+    """Each checked line whose lock overrides a pin of the framework's own (ci/lock.sh says why),
+    from the lock's ``# Overrides:`` header."""
+    out = []
+    for line in ORDER:
+        try:
+            head = [ln for ln in (locks / f"{line}.txt").read_text().splitlines()[:8] if ln.startswith("# Overrides:")]
+        except OSError:
+            continue
+        if head:
+            what = head[0][len("# Overrides:"):].split("(why")[0].strip()
+            out.append(f"- {line}: {what} overrides the release's own requirement (why: ci/lock.sh)")
+    return out
+
+
 BEGIN, END = "<!-- compat:begin -->", "<!-- compat:end -->"
 
 
@@ -139,6 +154,22 @@ def update_readme(path: Path, rows: list[str]) -> bool:
     _, tail = rest.split(END, 1)
     path.write_text(head + BEGIN + "\n" + readme_table(rows) + "\n" + END + tail)
     return True
+
+
+def _trailer(over: list[str], missing: list[str] = ()) -> str:
+    text = ""
+    if missing:
+        text += ("\nChecked lines without a row yet (not run through `bash ci/matrix.sh` since they became "
+                 "lines; `bash ci/matrix.sh " + " ".join(missing) + "` adds them): " + ", ".join(missing) + ".\n")
+    if over:
+        text += ("\nOverrides: where a release pins a distribution the registry does not have, its lock "
+                 "installs the nearest one that installs and imports in its place, and the line is checked "
+                 "with that:\n\n" + "\n".join(over) + "\n")
+    text += ("\nNewer releases than these lines: `bash ci/canary.sh` installs the newest vLLM, SGLang and "
+             "FlashInfer on the registry as a user does (unlocked), loads the guard through the server's "
+             "own plugin loader, runs `flashinfer-guard doctor` and `plan`, and prints one table; it is "
+             "not part of the test command (its header says each step).\n")
+    return text
 
 
 def main(folder: str, out: str, command: str, readme: str | None = None) -> int:
@@ -168,7 +199,9 @@ def main(folder: str, out: str, command: str, readme: str | None = None) -> int:
         "it, for the full-attention shape at CUDA-graph capture up to 512 (vLLM: 142-SM test GPU, SGLang: "
         "H200); the MoE column is a simulated aarch64 host with an SM100 GPU and an explicit "
         "`flashinfer_trtllm` MoE backend.\n\n"
-        + HEADER + "\n|" + "---|" * 9 + "\n" + "\n".join(rows) + "\n")
+        + HEADER + "\n|" + "---|" * 9 + "\n" + "\n".join(rows) + "\n"
+        + _trailer(overrides(Path(__file__).resolve().parent / "locks"),
+                   [ln for ln in ORDER if not any(r.startswith(f"| {ln} |") for r in rows)]))
     print(f"wrote {out_p} ({len(rows)} lines)")
     if readme and update_readme(Path(readme), rows):
         print(f"updated the per-version table in {readme}")

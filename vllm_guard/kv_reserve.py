@@ -51,6 +51,7 @@ from guard_core.runtime.wrapping import guarded
 from guard_core.units import fmt_mib, nbytes
 
 from ._log import get_log
+from .runner import uses_v2_runner
 
 __all__ = ["WORKER", "install", "uninstall", "claim", "Reservation", "state"]
 
@@ -173,7 +174,8 @@ def _prepare(worker) -> Reservation | None:
         b = buffer_under_guard(d.action if d is not None else "off",
                                int(d.allocate_bytes) if d is not None else 0, int(dec.server_bytes))
         decided.append((b, int(dec.server_bytes), dec, frozenset(names)))
-    shared = bool(getattr(worker, "use_v2_model_runner", False))
+    # the worker's runner: 0.23-0.33 ``Worker.use_v2_model_runner``; 0.34.0 V2 alone (vllm_guard.runner)
+    shared = uses_v2_runner(worker)
     if shared:  # V2: the first builder's buffer, shared by all (attn_utils.py init_attn_backend)
         decided = [(max(g[0] for g in decided), max(g[1] for g in decided), decided[0][2],
                     frozenset().union(*(g[3] for g in decided)))]

@@ -43,6 +43,8 @@ import json
 import os
 import sys
 
+from vllm_guard.runner import uses_v2_runner
+
 __all__ = ["MARK", "resolve", "main"]
 
 MARK = "FLASHINFER_GUARD_RESOLVED "
@@ -170,7 +172,12 @@ def _resolve_graphs(vc, specs) -> str:
     then ``resolve_cudagraph_mode_and_sizes`` with the least CUDA-graph support of the groups'
     builders, called as the model runner does (0.23.0 v1/worker/gpu_model_runner.py:6845: the TP
     size; 0.33.0 :6786 V1 with ``use_v2_model_runner=False``, v1/worker/gpu/model_runner.py:756
-    V2 with True, the worker picking by ``vllm_config.use_v2_model_runner``)."""
+    V2 with True, the worker picking by ``vllm_config.use_v2_model_runner``; 0.34.0 has V2 alone and
+    no such parameter: config/compilation.py 0.34.0:1535-1544, called by v1/worker/gpu/model_runner.py
+    0.34.0:792-800 with everything after the query length by keyword). Every argument after the
+    three leading ones is passed by keyword, each only where the signature names it: a parameter
+    removed (0.34.0 dropped ``use_v2_model_runner``, 0.32 ``tensor_parallel_size``) can no longer
+    shift the others (``got multiple values for argument 'kv_cache_config'``)."""
     import inspect
 
     from vllm.v1.attention.backends.flashinfer import FlashInferBackend, FlashInferMetadataBuilder
@@ -192,13 +199,11 @@ def _resolve_graphs(vc, specs) -> str:
     spec_cfg = vc.speculative_config
     q = 1 + (int(spec_cfg.num_speculative_tokens or 0) if spec_cfg is not None else 0)
     params = inspect.signature(cc.resolve_cudagraph_mode_and_sizes).parameters
-    kw = {"kv_cache_config": None, "max_num_reqs": vc.scheduler_config.max_num_seqs}
-    if "use_v2_model_runner" in params:
-        kw["use_v2_model_runner"] = bool(vc.use_v2_model_runner)
-        mode = cc.resolve_cudagraph_mode_and_sizes(least, "FlashInferBackend", q, **kw)
-    else:
-        mode = cc.resolve_cudagraph_mode_and_sizes(least, "FlashInferBackend", q,
-                                                   vc.parallel_config.tensor_parallel_size, **kw)
+    offered = {"kv_cache_config": None, "max_num_reqs": vc.scheduler_config.max_num_seqs,
+               "use_v2_model_runner": uses_v2_runner(vc),
+               "tensor_parallel_size": vc.parallel_config.tensor_parallel_size}
+    kw = {k: v for k, v in offered.items() if k in params}
+    mode = cc.resolve_cudagraph_mode_and_sizes(least, "FlashInferBackend", q, **kw)
     return str(getattr(mode, "name", mode))
 
 
@@ -307,7 +312,8 @@ def _resolved(vc) -> dict:
             "max_capture": getattr(cc, "max_cudagraph_capture_size", None),
             "architecture": (vc.model_config.architectures or ["?"])[0],
             # the model runner the worker builds (v1/worker/gpu_worker.py picks by this property)
-            "runner": "v2" if bool(getattr(vc, "use_v2_model_runner", False)) else "v1"}
+            # (0.23-0.33; 0.34.0 has V2 alone: vllm_guard.runner)
+            "runner": "v2" if uses_v2_runner(vc) else "v1"}
 
 
 def main() -> int:

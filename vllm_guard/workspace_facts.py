@@ -325,10 +325,12 @@ def _flashinfer_asker(builder, facts):
     def ask(scenario):
         import flashinfer
 
-        from guard_core.flashinfer.ask import workspace_size_of
+        from guard_core.flashinfer.ask import asks_the_plan_module, workspace_size_of
 
         W = getattr(flashinfer, "BatchPrefillWithPagedKVCacheWrapper", None)
         if W is None or not hasattr(W, "workspace_size"):
+            return None
+        if not asks_the_plan_module(W):  # FlashInfer 0.7.4: another module variant (ask.MODULE_KEY_PARAMS)
             return None
         kw = _args()
         if kw is None:

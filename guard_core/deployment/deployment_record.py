@@ -9,9 +9,9 @@ from dataclasses import dataclass, field, fields
 from guard_core.flashinfer.releases import CHECKED_LINES  # the lines whose wheels the rules were read from
 from guard_core.versions import is_version, parse_version
 
-__all__ = ["DEFAULT_LINE", "Defaults", "Deployment", "Derived", "FLASHINFER_PINS", "ServerShape",
-           "draft_context_page", "framework_label", "installed_line", "known_line", "line_at_least", "pinned_flashinfer",
-           "short_line"]
+__all__ = ["DEFAULT_LINE", "Defaults", "Deployment", "Derived", "FLASHINFER_PINS", "PIN_OVERRIDES", "ServerShape",
+           "draft_context_page", "framework_label", "installed_line", "known_line", "line_at_least", "pin_source",
+           "pinned_flashinfer", "short_line"]
 
 
 # What ``plan`` simulates when the framework is not installed here (and no
@@ -19,13 +19,20 @@ __all__ = ["DEFAULT_LINE", "Defaults", "Deployment", "Derived", "FLASHINFER_PINS
 DEFAULT_LINE = {"vllm": "0.19.1", "sglang": "0.5.5"}
 
 # The FlashInfer each line pins (Requires-Dist of the wheel; the in-between
-# vLLM lines from shared/reference/installing-frameworks.md).
+# vLLM lines from shared/reference/installing-frameworks.md), or where the pin cannot be
+# installed, the FlashInfer that installs in its place (PIN_OVERRIDES says which and why).
 FLASHINFER_PINS = {
     "vllm": (("0.19", "0.6.6"), ("0.20", "0.6.8.post1"), ("0.22", "0.6.11.post2"), ("0.23", "0.6.12"),
              ("0.25", "0.6.13"), ("0.26", "0.6.14"), ("0.27", "0.6.16.post3"), ("0.29", "0.6.18"),
-             ("0.30", "0.6.18.post1"), ("0.31", "0.7.0.post1"), ("0.33", "0.7.2.post1")),
+             ("0.30", "0.6.18.post1"), ("0.31", "0.7.0.post1"), ("0.33", "0.7.2.post1"), ("0.34", "0.7.4")),
     "sglang": (("0.5.5", "0.5.0"), ("0.5.6", "0.5.3"), ("0.5.11", "0.6.8.post1"), ("0.5.15", "0.6.12"),
                ("0.5.19", "0.6.18"), ("0.5.22", "0.7.1"), ("0.5.23", "0.7.2")),
+}
+# Lines whose wheel pins a FlashInfer the registry does not have: (framework, line) -> (the pin,
+# why the FLASHINFER_PINS entry differs). vLLM 0.34.0 Requires-Dist flashinfer-python==0.7.3;
+# 0.7.3 is not on the registry, 0.7.4 installs and imports beside it (ci/lock.sh's override).
+PIN_OVERRIDES = {
+    ("vllm", "0.34"): ("0.7.3", "vLLM 0.34 pins 0.7.3, which the registry does not have; 0.7.4 installs in its place"),
 }
 
 
@@ -153,6 +160,17 @@ def pinned_flashinfer(framework: str, version: str) -> str:
         if line_at_least(version, since):
             pin = fi
     return pin
+
+
+def pin_source(framework: str, version: str, label: str) -> str:
+    """Where ``pinned_flashinfer`` comes from, in words: "<label> pins it", or, where the wheel's pin
+    cannot be installed, what installs in its place (PIN_OVERRIDES)."""
+    since = None
+    for s, _fi in FLASHINFER_PINS[framework]:
+        if line_at_least(version, s):
+            since = s
+    over = PIN_OVERRIDES.get((framework, since))
+    return over[1] if over else f"{label} pins it"
 
 
 

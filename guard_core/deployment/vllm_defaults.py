@@ -4,7 +4,8 @@ batch tier, batched tokens, CUDA-graph capture sizes, the FlashInfer it pins, it
 from __future__ import annotations
 
 from guard_core.deployment.deployment_record import (Defaults, Deployment, Derived, draft_context_page,
-                                                   known_line, line_at_least, pinned_flashinfer, short_line)
+                                                   known_line, line_at_least, pin_source, pinned_flashinfer,
+                                                   short_line)
 from guard_core.gpus import gpu_memory
 from guard_core.units import GIB, MIB
 from guard_core.versions import parse_version
@@ -159,6 +160,16 @@ def _vllm_cuda_graphs(out: Defaults, d: Deployment, rules: str, label: str, give
         extra += [b for b in uniform if b <= tokens_n]
         sizes = sorted(set(sizes) | set(extra))
         v["capture_sizes"] = Derived(tuple(sizes), f"{label} capture list up to {max(sizes, default=0)}")
+    if line_at_least(rules, "0.34.0") and not d.capture_sizes and not d.max_capture:
+        # not ported yet (issue 39): vLLM 0.34.0 resolves prefill and decode CUDA-graph sizes apart
+        # (VllmConfig._split_cudagraph_capture_sizes, config/vllm.py 0.34.0:2557-2740; the grids in
+        # config/compilation.py 0.34.0:54-128), on SM100 a decode graph for every request count of
+        # decode_cudagraph_capture_grid(max seqs) within 8192 tokens and prefill graphs up to 8192
+        # tokens; gpt-oss off SM100 its own prefill list (model_executor/models/config.py 0.34.0:849-880).
+        # tests/vllm/test_defaults_crosscheck.py fails there on 0.34.0 until it is.
+        notes.append(f"{label}'s split prefill/decode CUDA-graph sizes are not modelled here (the capture "
+                     "list is vLLM 0.33's rule); vLLM's own resolution (--resolution server, with vLLM "
+                     f"{short_line(out.line)} installed) reads them")
     decode_max = min((1 + k) * seqs, max(sizes, default=0))
     # every pure decode batch of at most decode_max tokens plans the CUDA-graph wrapper, captured
     # or not (v1/attention/backends/flashinfer.py 0.23.0:1210-1214, 0.33.0:1938-1942): decode_max too
@@ -172,7 +183,7 @@ def _vllm_cuda_graphs(out: Defaults, d: Deployment, rules: str, label: str, give
 
 def _vllm_workspace(out: Defaults, d: Deployment, label: str, tokens: int) -> Defaults:
     out.values["flashinfer"] = (Derived(d.flashinfer, "given", True) if d.flashinfer else
-                                Derived(pinned_flashinfer("vllm", out.line), f"{label} pins it"))
+                                Derived(pinned_flashinfer("vllm", out.line), pin_source("vllm", out.line, label)))
     return out
 
 

@@ -14,9 +14,28 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-__all__ = ["cross_check", "witness_indptrs", "workspace_size_of", "WS_SIZE_SINCE"]
+__all__ = ["asks_the_plan_module", "cross_check", "witness_indptrs", "workspace_size_of", "WS_SIZE_SINCE"]
 
 WS_SIZE_SINCE = (0, 6, 15)  # FlashInfer PR #3741
+
+# plan() parameters that enter get_batch_prefill_module's cache key. Where plan() takes one that
+# workspace_size() does not, workspace_size() loads another module variant than the server's plan
+# (a JIT build or a second module at start-up): FlashInfer 0.7.4's plan passes use_token_head_sf
+# (flashinfer/prefill.py 0.7.4:3636, 4255-4271), its workspace_size does not (:3285-3321, 3545-3557).
+MODULE_KEY_PARAMS = ("use_token_head_sf",)
+
+
+def asks_the_plan_module(wrapper_cls) -> bool:
+    """Whether ``wrapper_cls.workspace_size`` loads the prefill module its ``plan`` loads (by
+    signature: no MODULE_KEY_PARAMS parameter of plan() missing from workspace_size())."""
+    import inspect
+
+    try:
+        plan = inspect.signature(wrapper_cls.plan).parameters
+        ws = inspect.signature(wrapper_cls.workspace_size).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return not any(p in plan and p not in ws for p in MODULE_KEY_PARAMS)
 
 
 def witness_indptrs(witness) -> tuple[list[int], list[int]]:

@@ -35,9 +35,15 @@ __all__ = ["CHECKED_LINES", "FLASHINFER_CHECKED", "FLASHINFER_MATRIX_CHECKED", "
 # --------------------------------------------------------------- framework lines
 
 CHECKED_LINES = {
-    "vllm": ("0.19.1", "0.23.0", "0.26.0", "0.29.0", "0.32.0", "0.33.0"),
+    "vllm": ("0.19.1", "0.23.0", "0.26.0", "0.29.0", "0.32.0", "0.33.0", "0.34.0"),
     "sglang": ("0.5.5", "0.5.11", "0.5.15", "0.5.20", "0.5.22", "0.5.23"),
 }
+# vLLM 0.34.0 is checked with FlashInfer 0.7.4, not the 0.7.3 its wheel pins (Requires-Dist
+# flashinfer-python==0.7.3, absent from the registry; ci/lock.sh overrides it with 0.7.4, which
+# installs and imports beside it): the pair (0.34.0, 0.7.4) is the one its lock installs and the
+# one guard_core.deployment.deployment_record.FLASHINFER_PINS records. There the workspace guard
+# stands down (FlashInfer >= 0.7.1, sized with the >=0.7.4 family, checked by the conformance
+# suite), the MoE guard stands down (>= 0.6.16) and Model Runner V1 is gone (vllm_guard.runner).
 # How many release components name a line: vLLM 0.33.x is one line, SGLang 0.5.23 another.
 LINE_PARTS = {"vllm": 2, "sglang": 3}
 DISPLAY = {"vllm": "vLLM", "sglang": "SGLang", "flashinfer": "FlashInfer"}
@@ -96,9 +102,11 @@ FLASHINFER_RELEASES = (
 #   (warm-up) call run the wrapper's own ``self.plan(...)``, CUDA-graph plans call
 #   FlashInfer's ``fast_decode_plan`` (imported from flashinfer.decode) -- vLLM 0.23.0
 #   v1/attention/backends/flashinfer.py:17,1903,1932; 0.32.0 :20,2720,2749; 0.33.0
-#   :20,2904,2934. tests/vllm/test_fast_decode_rule.py reads this in each locked wheel.
+#   :20,2904,2934; 0.34.0 :20,2935,2965. tests/vllm/test_fast_decode_rule.py reads this in each
+#   locked wheel.
 # Up to FlashInfer 0.7.2.post1 both pass uniform_q_len 0 for one-token decode
-# (decode.py 0.7.2.post1:5044 ``q_len_per_req if q_len_per_req > 1 else 0``).
+# (decode.py 0.7.2.post1:5044 ``q_len_per_req if q_len_per_req > 1 else 0``); 0.7.4 passes
+# q_len_per_req (1) and fixed_uniform_q_len True (decode.py 0.7.4:5835-5836).
 FOLLOWS_FLASHINFER_DECODE = ("sglang", "vllm")
 
 

@@ -221,7 +221,7 @@ def test_out_of_range_line_said_once(env, caplog, monkeypatch, adapter):
     from guard_core import versions
 
     env(machine="x86_64")
-    newer = {"vllm": "0.34.0", "sglang": "0.5.24"}[adapter]
+    newer = {"vllm": "0.35.0", "sglang": "0.5.24"}[adapter]
     monkeypatch.setattr(versions, "installed_version", lambda dist: newer if dist == adapter else None)
     with caplog.at_level(logging.INFO):
         if adapter == "vllm":
@@ -235,7 +235,7 @@ def test_out_of_range_line_said_once(env, caplog, monkeypatch, adapter):
             import sglang_guard.plugin as plugin
         plugin.register()
     notes = [m for _, m in _guard_records(caplog) if "support:" in m]
-    want = {"vllm": "vLLM 0.34.0 is newer than the last line checked (0.33.0); acting by feature",
+    want = {"vllm": "vLLM 0.35.0 is newer than the last line checked (0.34.0); acting by feature",
             "sglang": "SGLang 0.5.24 is newer than the last line checked (0.5.23); acting by feature"}[adapter]
     assert notes == [f"[flashinfer-guard] support: {want}"]
 

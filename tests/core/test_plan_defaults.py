@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from guard_core.commands import cli
+from guard_core.deployment.deployment_record import pin_source
 from guard_core.deployment.server_defaults import Deployment, derive, pinned_flashinfer
 from guard_core.gpus import find_spec
 
@@ -79,8 +80,13 @@ def test_vllm_capture_list_rules():
 
 
 def test_pins():
-    assert [pinned_flashinfer("vllm", v) for v in ("0.19.1", "0.23.0", "0.26.0", "0.29.0", "0.32.0", "0.33.0")] == [
-        "0.6.6", "0.6.12", "0.6.14", "0.6.18", "0.7.0.post1", "0.7.2.post1"]
+    assert [pinned_flashinfer("vllm", v) for v in ("0.19.1", "0.23.0", "0.26.0", "0.29.0", "0.32.0", "0.33.0",
+                                                   "0.34.0")] == [
+        "0.6.6", "0.6.12", "0.6.14", "0.6.18", "0.7.0.post1", "0.7.2.post1", "0.7.4"]
+    # vLLM 0.34.0 pins 0.7.3 (Requires-Dist), absent from the registry: 0.7.4 in its place, said so
+    assert pin_source("vllm", "0.34.0", "vLLM 0.34") == \
+        "vLLM 0.34 pins 0.7.3, which the registry does not have; 0.7.4 installs in its place"
+    assert pin_source("vllm", "0.33.0", "vLLM 0.33") == "vLLM 0.33 pins it"
     assert [pinned_flashinfer("sglang", v) for v in ("0.5.5", "0.5.11", "0.5.15", "0.5.20", "0.5.22", "0.5.23")] == [
         "0.5.0", "0.6.8.post1", "0.6.12", "0.6.18", "0.7.1", "0.7.2"]
 

@@ -16,8 +16,9 @@ from guard_core.runtime.logs import GuardLog
 
 @pytest.mark.parametrize("fw, version, status", [
     ("vllm", "0.33.0", "checked"), ("vllm", "0.33.1", "checked"), ("vllm", "0.19.1", "checked"),
+    ("vllm", "0.34.0", "checked"), ("vllm", "0.34.2", "checked"),
     ("vllm", "0.19.1rc1.dev231+g9dd5ee011.cu130", "checked"),  # the seed's dev build is the 0.19 line
-    ("vllm", "0.24.0", "within"), ("vllm", "0.34.0", "newer"), ("vllm", "1.0.0", "newer"),
+    ("vllm", "0.24.0", "within"), ("vllm", "0.35.0", "newer"), ("vllm", "1.0.0", "newer"),
     ("vllm", "0.18.2", "older"), ("vllm", "not-a-version", "unknown"), ("vllm", None, "unknown"),
     ("sglang", "0.5.23", "checked"), ("sglang", "0.5.23.post1", "checked"), ("sglang", "0.5.21", "within"),
     ("sglang", "0.5.24", "newer"), ("sglang", "0.6.0", "newer"), ("sglang", "0.5.4", "older"),
@@ -27,8 +28,8 @@ def test_line_status(fw, version, status):
 
 
 def test_line_notes():
-    assert releases.line_note("vllm", "0.34.0") == \
-        "vLLM 0.34.0 is newer than the last line checked (0.33.0); acting by feature"
+    assert releases.line_note("vllm", "0.35.0") == \
+        "vLLM 0.35.0 is newer than the last line checked (0.34.0); acting by feature"
     assert releases.line_note("sglang", "0.5.24") == \
         "SGLang 0.5.24 is newer than the last line checked (0.5.23); acting by feature"
     assert releases.line_note("vllm", "0.18.0") == \
@@ -44,7 +45,7 @@ def test_announce_says_it_once(caplog):
         releases.announce("vllm", log, "0.35.1")
         assert releases.announce("sglang", log, "0.5.23") is None
     msgs = [r.getMessage() for r in caplog.records]
-    assert msgs == ["[flashinfer-guard] support: vLLM 0.35.1 is newer than the last line checked (0.33.0); "
+    assert msgs == ["[flashinfer-guard] support: vLLM 0.35.1 is newer than the last line checked (0.34.0); "
                     "acting by feature"]
 
 
@@ -180,13 +181,13 @@ def test_newer_flashinfer_is_sized_with_the_newest_family():
 def test_doctor_prints_the_declared_ranges(monkeypatch):
     from guard_core.commands import cli, doctor
 
-    versions = {"vllm": "0.34.0", "sglang": None, "flashinfer-python": "0.8.0", "torch": None}
+    versions = {"vllm": "0.35.0", "sglang": None, "flashinfer-python": "0.8.0", "torch": None}
     monkeypatch.setattr(doctor, "installed_version", lambda d: versions.get(d))
     monkeypatch.setattr(doctor, "flashinfer_version", lambda: "0.8.0")
     out = io.StringIO()
     assert cli.run_doctor(out=out) == 0
     text = out.getvalue()
-    assert "vLLM lines 0.19.1, 0.23.0, 0.26.0, 0.29.0, 0.32.0, 0.33.0 (installed 0.34.0: newer than the " \
+    assert "vLLM lines 0.19.1, 0.23.0, 0.26.0, 0.29.0, 0.32.0, 0.33.0, 0.34.0 (installed 0.35.0: newer than the " \
            "last checked line: acting by feature)" in text
     assert "SGLang lines 0.5.5, 0.5.11, 0.5.15, 0.5.20, 0.5.22, 0.5.23\n" in text
     assert ("FlashInfer planner releases 0.5.0, 0.6.12, 0.6.14, 0.6.16, 0.7.0.post1, 0.7.2.post1, 0.7.4 "
@@ -195,7 +196,7 @@ def test_doctor_prints_the_declared_ranges(monkeypatch):
 
 @pytest.mark.parametrize("fw, v, fi, ok", [
     ("vllm", "0.23.0", "0.6.12", True), ("vLLM", "0.19.1rc1.dev231+g9dd5ee011", "0.6.6", True),
-    ("SGLang", "0.5.21", "0.6.18", False), ("SGLang", "0.5.20", "0.6.18", True), ("vllm", "0.34.0", "0.7.4", False), ("sglang", "0.5.4", "0.5.0", False),
+    ("SGLang", "0.5.21", "0.6.18", False), ("SGLang", "0.5.20", "0.6.18", True), ("vllm", "0.35.0", "0.7.4", False), ("vllm", "0.34.0", "0.7.4", True), ("sglang", "0.5.4", "0.5.0", False),
     ("vllm", "0.33.0", "0.8.0", False), ("vllm", None, "0.7.2.post1", False), ("vllm", "0.33.0", None, False),
     ("other", "1.0", "0.7.4", False),
 ])

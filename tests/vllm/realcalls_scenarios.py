@@ -180,6 +180,8 @@ LINES = {
     "0.23.0": ["l40s", "h200", "b200_trtllm", "b200_no_trtllm"],
     "0.32.0": ["h200", "b200_no_trtllm_1024"],
     "0.33.0": ["l40s", "b200_no_trtllm_1024", "h100_issue17", "b300_issue17", "a100_issue27"],
+    # 0.34.0 (FlashInfer 0.7.4: the >=0.7.4 sizing family, Model Runner V2 alone): 0.33.0's groups
+    "0.34.0": ["l40s", "b200_no_trtllm_1024", "h100_issue17", "b300_issue17", "a100_issue27"],
 }
 
 # generated case name -> the published model its shape comes from
@@ -388,14 +390,17 @@ def gpu_host_triton() -> None:
 
 def gpu_host_runner(vc) -> str:
     """"v2" or "v1": the model runner a GPU host's worker builds for ``vc`` (v1/worker/gpu_worker.py
-    picks by ``vllm_config.use_v2_model_runner``), asked with Triton present (``gpu_host_triton``)."""
+    picks by ``vllm_config.use_v2_model_runner`` up to 0.33; 0.34.0 has V2 alone, gpu_worker.py
+    0.34.0:583-590: ``vllm_guard.runner.uses_v2_runner``), asked with Triton present (``gpu_host_triton``)."""
     import vllm.config.vllm as cv
+
+    from vllm_guard.runner import uses_v2_runner
 
     had = getattr(cv, "HAS_TRITON", None)
     if had is not None:
         cv.HAS_TRITON = True
     try:
-        return "v2" if bool(getattr(vc, "use_v2_model_runner", False)) else "v1"
+        return "v2" if uses_v2_runner(vc) else "v1"
     finally:
         if had is not None:
             cv.HAS_TRITON = had
@@ -412,6 +417,9 @@ def resolve_cudagraphs(case: Case, vc, specs):
       (gpu_model_runner.py 0.32.0:6851-6859, 0.33.0:6786-6794), V2 with True and
       ``piecewise_capture_available`` (gpu/model_runner.py 0.32.0:727-744, 0.33.0:748-765: breakable
       graphs on, or the model compiled, which ``CompilationMode.VLLM_COMPILE`` does on a GPU host).
+    - 0.34.0 (V2 alone; no ``use_v2_model_runner`` parameter: config/compilation.py 0.34.0:1535-1544):
+      as V2 on 0.33, everything after the query length by keyword (gpu/model_runner.py 0.34.0:783-800,
+      ``piecewise_capture_available`` from ``is_breakable_cudagraph_enabled`` or the model compiled).
     Both take ``decode_query_len`` / ``uniform_decode_query_len`` = 1 + draft tokens, the
     scheduler's ``max_num_seqs`` and no KV-cache config (it only checks Mamba blocks)."""
     import inspect
@@ -425,15 +433,21 @@ def resolve_cudagraphs(case: Case, vc, specs):
     q = 1 + case.draft
     if hasattr(cc, "resolve_cudagraph_mode_and_sizes"):  # vLLM 0.20+
         params = inspect.signature(cc.resolve_cudagraph_mode_and_sizes).parameters
-        if "use_v2_model_runner" in params:
+        if "use_v2_model_runner" in params or "tensor_parallel_size" not in params:
             kw = dict(use_v2_model_runner=case.runner == "v2", kv_cache_config=None,
                       max_num_reqs=case.max_num_seqs, is_profiling=False)
             if case.runner == "v2" and "piecewise_capture_available" in params:
                 import vllm.envs as envs
                 from vllm.config import CompilationMode
 
-                kw["piecewise_capture_available"] = bool(
-                    getattr(envs, "VLLM_USE_BREAKABLE_CUDAGRAPH", False) or cc.mode == CompilationMode.VLLM_COMPILE)
+                # 0.34.0 is_breakable_cudagraph_enabled (compilation/breakable_cudagraph.py 0.34.0:53-63):
+                # the config's own use_breakable_cudagraph where resolved, else the environment
+                # variable (0.32-0.33 read the variable alone: that config field is absent there)
+                breakable = getattr(cc, "use_breakable_cudagraph", None)
+                if breakable is None:
+                    breakable = getattr(envs, "VLLM_USE_BREAKABLE_CUDAGRAPH", False)
+                kw["piecewise_capture_available"] = bool(breakable or cc.mode == CompilationMode.VLLM_COMPILE)
+            kw = {k: v for k, v in kw.items() if k in params}
             mode = cc.resolve_cudagraph_mode_and_sizes(least, "FlashInferBackend", q, **kw)
         elif case.runner == "v2":
             mode = cc.resolve_cudagraph_mode_and_sizes(
@@ -608,6 +622,7 @@ def v2_graph_manager(vc, mode, decode_query_len: int):
     0.32.0:745-753, 0.33.0:766-774: no LoRA, no adaptive verification so no varlen decode, no
     micro-batching); its real ``_init_candidates`` makes the capture descriptors. Faked, for the CPU:
     the pipeline-parallel group (one process, first and last rank) and the CUDA-graph memory pool."""
+    import inspect
     import types
 
     import vllm.v1.worker.gpu.cudagraph_utils as cu
@@ -624,6 +639,10 @@ def v2_graph_manager(vc, mode, decode_query_len: int):
 
     cu.current_platform = _Platform()
     try:
+        if "decode_query_lens" in inspect.signature(cu.CudaGraphManager.__init__).parameters:
+            # 0.34.0: each uniform decode query length -> its most requests, as the runner passes it
+            # (gpu/model_runner.py 0.34.0:802-808, config/vllm.py 0.34.0:677-705)
+            return cu.CudaGraphManager(vc, None, mode, vc.get_decode_cudagraph_query_lens(decode_query_len))
         return cu.CudaGraphManager(vc, None, mode, decode_query_len)
     finally:
         cu.get_pp_group, cu.current_platform = saved

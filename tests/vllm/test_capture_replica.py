@@ -23,17 +23,26 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
+# A function the line does not have (vLLM 0.34.0 removed Model Runner V1: no
+# v1/worker/gpu_model_runner.py, no VllmConfig.use_v2_model_runner; its worker builds V2 alone,
+# v1/worker/gpu_worker.py 0.34.0:583-590): its replica is not used there (gpu_host_runner says "v2").
+ABSENT = "absent"
+
 # vLLM line -> sha256 (first 16 hex) of ast.dump(GPUModelRunner._dummy_run) in v1/worker/gpu_model_runner.py
 DUMMY_RUN_AST = {
     "0.23.0": "e381166598107bc0",
     "0.32.0": "79504b5ebd7a8ac5",
     "0.33.0": "79504b5ebd7a8ac5",
+    "0.34.0": ABSENT,
 }
 
 
 def dummy_run_hash() -> str:
     root = os.path.dirname(importlib.util.find_spec("vllm").origin)
-    with open(os.path.join(root, "v1", "worker", "gpu_model_runner.py")) as f:
+    path = os.path.join(root, "v1", "worker", "gpu_model_runner.py")
+    if not os.path.exists(path):
+        return ABSENT
+    with open(path) as f:
         tree = ast.parse(f.read())
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef) and node.name == "GPUModelRunner":
@@ -72,13 +81,19 @@ def test_dummy_run_batch_counts_as_vllm_does():
 # fails, re-read that function at that line, update the replica and its citations, then the hash.
 
 def _fn_hash(relpath: str, cls: str | None, name: str) -> str:
+    """The function's AST hash, or ABSENT where the line has no such file, class or function."""
     root = os.path.dirname(importlib.util.find_spec("vllm").origin)
-    with open(os.path.join(root, *relpath.split("/"))) as f:
+    path = os.path.join(root, *relpath.split("/"))
+    if not os.path.exists(path):
+        return ABSENT
+    with open(path) as f:
         tree = ast.parse(f.read())
     scope = tree.body
     if cls is not None:
-        scope = next(n.body for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
-    fn = next(n for n in scope if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name)
+        scope = next((n.body for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls), [])
+    fn = next((n for n in scope if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name), None)
+    if fn is None:
+        return ABSENT
     return hashlib.sha256(ast.dump(fn, include_attributes=False).encode()).hexdigest()[:16]
 
 
@@ -110,6 +125,16 @@ V2_AST = {
                "e5665bd3451730cd", "95c7e52859de1298", "34d05992352e0086"],
     "0.33.0": ["fea4024510869f1b", "542d4ee64dcf83de", "f7d4c23f55b3f76b", "56697fcd76b0c846", "3222769add16f51b",
                "281bfa89a7df5109", "95c7e52859de1298", "bb8c4292b08669b1"],
+    # 0.34.0, re-read against 0.33.0 (cudagraph_utils.py 0.34.0:456-550, 662-847, 887-974; attn_utils.py
+    # 0.34.0:472-602; gpu/model_runner.py 0.34.0:644-874): capture takes an optional stream; the
+    # persistent outputs are sized for the widest graph; LoRA leaves the capture call;
+    # prepare_inputs_to_capture may reuse a slot-mapping buffer; build_attn_metadata pads RSWA prefix
+    # lengths; the V2 resolution call drops use_v2_model_runner and the graph manager takes
+    # decode_query_lens (realcalls_scenarios.resolve_cudagraphs / v2_graph_manager follow both). The
+    # request counts, max_query_len promise, for_capture and build choice the replica copies are
+    # unchanged. No V1 runner and no runner choice (ABSENT).
+    "0.34.0": ["8a8de2ecb8369f22", "7d52a7533de01a41", "7e17008649cf01f7", "56697fcd76b0c846", "e18388088569ebd6",
+               "4203432caba918f4", ABSENT, ABSENT],
 }
 
 

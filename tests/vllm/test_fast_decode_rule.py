@@ -61,9 +61,18 @@ def flashinfer_one_token_uniform_q_len() -> bool:
     if not marked:
         return False  # this release has no uniform_q_len argument
     text = " ".join(" ".join(body[max(0, i - 3):i + 1]) for i in marked)
-    # up to 0.7.2.post1: ``q_len_per_req if q_len_per_req > 1 else 0``; another form needs reading
-    assert "q_len_per_req if q_len_per_req > 1 else 0" in " ".join(text.split()), text
-    return False
+    # up to 0.7.2.post1: ``q_len_per_req if q_len_per_req > 1 else 0``
+    if "q_len_per_req if q_len_per_req > 1 else 0" in " ".join(text.split()):
+        return False
+    # 0.7.4 (decode.py 0.7.4:5835-5836): ``args.append(q_len_per_req)  # uniform_q_len`` (1 for
+    # one-token decode, the parameter's default) then ``args.append(True)  # fixed_uniform_q_len``;
+    # another form needs reading
+    for i in marked:
+        here = body[i].split("#")[0].strip()
+        after = body[i + 1] if i + 1 < len(body) else ""
+        assert here == "args.append(q_len_per_req)" and "# fixed_uniform_q_len" in after \
+            and after.split("#")[0].strip() == "args.append(True)", (body[i], after)
+    return True
 
 
 def test_fast_plan_decode_rule_on_line_under_test():

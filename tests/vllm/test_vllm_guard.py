@@ -16,7 +16,8 @@ from guard_core.versions import version_lt
 
 VLLM_DEFAULT = 394 * MIB
 # the FlashInfer each vLLM line pins (shared/reference/installing-frameworks.md)
-PINS = {"0.19.1": "0.6.6", "0.23.0": "0.6.12", "0.32.0": "0.7.0.post1", "0.33.0": "0.7.2.post1"}
+# (0.34.0 pins 0.7.3, absent from the registry: its lock installs 0.7.4 in its place, ci/lock.sh)
+PINS = {"0.19.1": "0.6.6", "0.23.0": "0.6.12", "0.32.0": "0.7.0.post1", "0.33.0": "0.7.2.post1", "0.34.0": "0.7.4"}
 # Qwen3.5-397B full attention (32 q / 2 KV heads, head_dim 256), CUDA-graph batch 512
 SEED_PRE_FIX = 538_441_728  # FlashInfer <= 0.7.0.post1: batch_prefill_tmp_v + tmp_s
 SEED_POST_FIX = 33_652_608  # FlashInfer >= 0.7.1 (PR #5177)
