@@ -15,6 +15,7 @@ from guard_core.flashinfer import mla_planner
 from guard_core.runtime import mla_net
 from guard_core.runtime import safety_net as net
 from guard_core.runtime.settings import MLA, load_settings, reset_settings_cache
+from tests.core.test_safety_net import Log  # the same one-list warning log
 
 CAP = mla_planner.capacity("0.7.2")
 NUM_SM = 132
@@ -81,14 +82,6 @@ class BatchMLAPagedAttentionWrapper:
         return self.result
 
     begin_forward = plan
-
-
-class Log:
-    def __init__(self):
-        self.lines = []
-
-    def warning(self, msg, key=None):
-        self.lines.append(msg)
 
 
 @pytest.fixture
