@@ -13,7 +13,7 @@ t0=$(date +%s)
 # lint (ruff.toml: F, E9, B) as a test case of its own in the totals
 "$py" -m pytest -q -p no:cacheprovider ci/test_lint.py --junitxml="$reports/lint.xml" -o junit_suite_name=lint || lint=1
 # both cores (pytest-xdist, in the lock): measured 2026-12-02, 780 tests in 64 s with -n 2
-"$py" -m pytest -q -p no:cacheprovider -n "${FLASHINFER_GUARD_CORE_JOBS:-2}" tests/core tests/conformance \
+"$py" -m pytest -q -p no:cacheprovider -n "${FLASHINFER_GUARD_CORE_JOBS:-2}" --dist loadgroup tests/core tests/conformance \
   --junitxml="$reports/core.xml" -o junit_suite_name=core || core=1
 fg_time test core "$(( $(date +%s) - t0 ))" "exit=$(( ${lint:-0} | ${core:-0} ))"
 # either failing fails the suite (the totals come from the reports either way)

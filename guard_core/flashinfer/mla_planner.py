@@ -205,9 +205,9 @@ class _Walk:
     """Step 1 of MLAPlan: tiles and KV chunks in its order (which cluster takes a work is the
     cost heap's choice and changes neither the count nor the layout)."""
 
-    def __init__(self, qo, kvl, kvi, num_heads, causal, ctq, cluster_size, limit, want_works):
+    def __init__(self, qo, kvl, kvi, num_heads, causal, ctq, cluster_size, limit, want_works, cap):
         self.qo, self.kvl, self.kvi, self.h, self.causal = qo, kvl, kvi, num_heads, causal
-        self.ctq, self.cluster_size, self.limit = ctq, cluster_size, limit
+        self.ctq, self.cluster_size, self.limit, self.cap = ctq, cluster_size, limit, cap
         self.tiles: list = []
         self.works: list | None = [] if want_works else None
         self.total_works = self.merge = self.partial_rows = 0
@@ -230,6 +230,8 @@ class _Walk:
             chunks = max(_i32(rem * self.cluster_size) // limit, 1)
             tile_merge = _cdiv(row_tile, _cdiv(row_tile, chunks))
         n_works = 1 if rem == 0 else (_cdiv(rem, limit) if rem > 0 else 0)
+        if self.works is not None and self.total_works + n_works > self.cap:
+            self.works = None  # past the stride the arrays overlap: no list of works to give
         if self.works is not None:
             kv_start = 0
             for _ in range(n_works):
@@ -289,7 +291,8 @@ def mla_plan(
     heads), ``head_dim_o`` (the compressed KV / output head dim, 512 for DeepSeek), ``causal``,
     ``num_sms`` (what ``cudaDevAttrMultiProcessorCount`` answers). ``kv_indptr`` (pages) is only
     copied into the works (the page size never enters the plan); it is needed only with
-    ``want_works``. Raises PlannerError where FlashInfer raises.
+    ``want_works``; the works are listed only while they fit the stride (``works`` is None past
+    it, as the conformance harness reports them). Raises PlannerError where FlashInfer raises.
     """
     fam = family(version)
     cap = CAPACITY[fam]
@@ -313,7 +316,7 @@ def mla_plan(
         for t in range(n_tiles - 1, -1, -1):
             total_kv += _remaining(causal, qo_len, kvl[i], t, ctq, n_tiles, num_heads)
     limit = kv_len_limit_of(total_kv, num_clusters)
-    w = _Walk(qo, kvl, kvi, num_heads, causal, ctq, cluster_size, limit, want_works).run()
+    w = _Walk(qo, kvl, kvi, num_heads, causal, ctq, cluster_size, limit, want_works, cap).run()
     if w.merge > num_sm:
         raise PlannerError("Internal Error: merge_cta_counter should be less than or equal to "
                            "num_sm, please report this bug to the developers")

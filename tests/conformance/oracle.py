@@ -354,7 +354,9 @@ def _clean_error(msg: str) -> str:
     return _PATH_RE.sub(r"at \1:\2", msg)
 
 
-def run_binary(binary: Path, requests: list[dict], timeout: float = 900) -> list[dict]:
+def run_binary(binary: Path, requests: list[dict], timeout: float = 900, each=None) -> list[dict]:
+    """Every request through one harness process; ``each(reply)`` (optional) may shrink each
+    parsed reply as it is read (a large reply list need not be held whole)."""
     payload = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in requests)
     proc = subprocess.run([str(binary)], input=payload, capture_output=True, text=True,
                           timeout=timeout)
@@ -373,16 +375,16 @@ def run_binary(binary: Path, requests: list[dict], timeout: float = 900) -> list
             rep["error"] = _clean_error(rep.get("error", ""))
             if rep["error"].startswith("HARNESS CROSS-CHECK FAILED"):
                 raise OracleError(f"request {req.get('id')}: {rep['error']}")
-        out.append(rep)
+        out.append(rep if each is None else each(rep))
     return out
 
 
-def run_oracle(version: str, requests: list[dict], verify: bool = False) -> list[dict]:
+def run_oracle(version: str, requests: list[dict], verify: bool = False, each=None) -> list[dict]:
     """Run requests through FlashInfer ``version``'s real planner code (one process)."""
     binary = build(version)
     if verify:
         requests = [dict(r, verify=True) for r in requests]
-    return run_binary(binary, requests)
+    return run_binary(binary, requests, each=each)
 
 
 def _alloc_key(a: dict) -> tuple:
