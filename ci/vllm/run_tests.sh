@@ -62,7 +62,7 @@ for line in $lines; do
   if [ "${FLASHINFER_GUARD_FULL:-${FLASHINFER_GUARD_VLLM_FULL:-0}}" != 1 ]; then
     case "$line" in
       0.23.0) select=(-k "not gpu_host and not corpus_read_as_vllm_reads_it and not named_models_read_as_vllm and not server_resolution_gpt_oss") ;;
-      0.33.0) select=(-k "gpu_host or server_signatures or server_resolution_gpt_oss or server_resolution_falls or line_under_test or discovered or moe_aarch64_auto or moe_x86_auto or row_bf16 or workspace_exact_need or realcalls or defaults_crosscheck or differential or capture_replica or launch_parser or model_groups or plan_parity or published_configs or model_defaults or kv_budget or buffer_rule") ;;
+      0.33.0) select=(-k "plan_one_process or gpu_host or server_signatures or server_resolution_gpt_oss or server_resolution_falls or line_under_test or discovered or moe_aarch64_auto or moe_x86_auto or row_bf16 or workspace_exact_need or realcalls or defaults_crosscheck or differential or capture_replica or launch_parser or model_groups or plan_parity or published_configs or model_defaults or kv_budget or buffer_rule") ;;
       0.32.0) select=(-k "server_signatures or line_under_test or discovered or moe_aarch64_auto or workspace_exact_need or capture_1024 or realcalls or defaults_crosscheck or plan_parity or capture_replica") ;;
     esac
   fi

@@ -50,7 +50,15 @@ def build(a, resolve_gpu, environ=None) -> dict:
     One path, each stage a function of the one before: read the command -> resolve the
     server's config -> read the model -> the facts the adapter builds -> decide (through
     ``guard_core.decide.workspace``, as the adapter does) -> report. Nothing here sizes
-    or judges on its own."""
+    or judges on its own. The server's code (model reader, resolution) runs in one process per
+    plan (``guard_module.session``)."""
+    from guard_core.deployment.guard_module import session
+
+    with session():
+        return _build(a, resolve_gpu, environ)
+
+
+def _build(a, resolve_gpu, environ=None) -> dict:
     cmd = read_command(a, environ)
     server = resolve_server(a, cmd, resolve_gpu, environ)
     if server.model.uses_mla:

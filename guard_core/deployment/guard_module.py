@@ -1,7 +1,9 @@
 """Run one of our adapter modules (``<framework>_guard.<module>``) in a subprocess of this interpreter
 and read its one JSON answer line: the server's own code answers offline (its imports and log
 lines stay out of ``plan``), and whatever happens there is an answer, never a traceback here.
-Used by the server's model reader (``server_reader``) and plan's server-resolution stage."""
+Used by the server's model reader (``server_reader``) and plan's server-resolution stage. Inside
+``session()`` (``plan``) the calls with the same interpreter and environment go to one process
+started once (``module_host``): the server's code is imported once per plan, not once per call."""
 
 from __future__ import annotations
 
@@ -9,7 +11,118 @@ import contextlib
 import json
 import os
 
-__all__ = ["config_copy", "run_guard_module"]
+__all__ = ["config_copy", "run_guard_module", "server_process_env", "session"]
+
+# the module hosts of the open session, by (interpreter, environment); None outside a session
+_hosts: dict | None = None
+PROGRESS_AFTER_S, PROGRESS_EVERY_S = 5.0, 15.0
+
+
+def server_process_env(environ) -> dict:
+    """The environment of a process that runs the server's code for ``plan`` and ``doctor``: this
+    process's environment without the servers' and FlashInfer's variables, then those of the
+    environment the server sees (``environ``: the launch command's, commands/plan/command.
+    server_environ), offline, no device (it only reads) and the guard off (it only reads)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "SGLANG_", "FLASHINFER", "SGL_"))}
+    env.update(os.environ if environ is None else environ)
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", CUDA_VISIBLE_DEVICES="", FLASHINFER_GUARD="0")
+    return env
+
+
+@contextlib.contextmanager
+def session():
+    """Within it, ``run_guard_module`` keeps one process per (interpreter, environment) and sends
+    each call to it; every such process is ended when the block ends."""
+    global _hosts
+    if _hosts is not None:  # nested: the outer session owns the hosts
+        yield
+        return
+    _hosts = {}
+    try:
+        yield
+    finally:
+        hosts, _hosts = _hosts, None
+        for h in hosts.values():
+            h.close()
+
+
+class _Host:
+    def __init__(self, python: str, env: dict):
+        import subprocess
+
+        self.proc = subprocess.Popen([python, "-m", "guard_core.deployment.module_host"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True,
+                                     bufsize=1)
+        self.buf = ""
+        self.timed_out = False
+
+    def ask(self, req: dict, timeout: float, progress) -> dict | None:
+        """The answer, or None when the process died or did not answer in ``timeout`` s (then it is
+        ended: the next call starts another)."""
+        import selectors
+        import time
+
+        try:
+            self.proc.stdin.write(json.dumps(req) + "\n")
+            self.proc.stdin.flush()
+        except OSError:
+            self.close()
+            return None
+        fd = self.proc.stdout.fileno()
+        sel = selectors.DefaultSelector()
+        sel.register(fd, selectors.EVENT_READ)
+        t0 = time.monotonic()
+        try:
+            while "\n" not in self.buf:
+                left = timeout - (time.monotonic() - t0)
+                if left <= 0:
+                    self.timed_out = True
+                    self.proc.kill()
+                    self.proc.wait()
+                    return None
+                if sel.select(min(left, 1.0)):
+                    chunk = os.read(fd, 1 << 20)
+                    if not chunk:
+                        self.close()
+                        return None
+                    self.buf += chunk.decode("utf-8", "replace")
+                progress(time.monotonic() - t0)
+        finally:
+            sel.close()
+        line, self.buf = self.buf.split("\n", 1)
+        try:
+            ans = json.loads(line)
+        except ValueError:
+            self.close()
+            return None
+        return ans if isinstance(ans, dict) else None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=10)
+            except Exception:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def _progress_line(who: str, timeout: float):
+    """A line on stderr from 5 s on, then every 15 s (PROGRESS_AFTER_S, PROGRESS_EVERY_S), while the server's code runs: a slow plan is
+    told from a hung one."""
+    import sys
+
+    shown = [0.0]
+
+    def progress(elapsed: float) -> None:
+        if elapsed >= PROGRESS_AFTER_S and (shown[0] == 0 or elapsed - shown[0] >= PROGRESS_EVERY_S):
+            shown[0] = elapsed
+            try:
+                print(f"[flashinfer-guard] plan: waiting for {who} ... {elapsed:.0f} s (limit {timeout:.0f} s)",
+                      file=sys.stderr, flush=True)
+            except (OSError, ValueError):
+                pass
+    return progress
 
 
 @contextlib.contextmanager
@@ -45,6 +158,8 @@ def run_guard_module(module: str, args: list[str], env: dict, mark: str, timeout
     env = dict(env)
     here = os.path.dirname(os.path.dirname(os.path.abspath(guard_core.__file__)))
     env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    if _hosts is not None:
+        return _hosted(module, args, env, mark, timeout, who, stdin, python or sys.executable)
     try:
         p = subprocess.run([python or sys.executable, "-m", module, *args], input=stdin, capture_output=True,
                            text=True, timeout=timeout, env=env)
@@ -52,11 +167,32 @@ def run_guard_module(module: str, args: list[str], env: dict, mark: str, timeout
         return {"ok": False, "refusal": f"{who} did not answer within {timeout} s"}
     except (OSError, subprocess.SubprocessError) as exc:
         return {"ok": False, "refusal": f"{who} did not run ({type(exc).__name__})"}
-    for line in reversed(p.stdout.splitlines()):
+    return _answer(p.stdout, p.stderr, p.returncode, mark, who)
+
+
+def _hosted(module: str, args: list[str], env: dict, mark: str, timeout: float, who: str, stdin, python: str) -> dict:
+    key = (python, tuple(sorted(env.items())))
+    host = _hosts.get(key)
+    if host is None or host.proc.poll() is not None:
+        try:
+            host = _hosts[key] = _Host(python, env)
+        except OSError as exc:
+            return {"ok": False, "refusal": f"{who} did not run ({type(exc).__name__})"}
+    ans = host.ask({"module": module, "args": list(args), "stdin": stdin, "env": env}, timeout,
+                   _progress_line(who, timeout))
+    if ans is None:
+        _hosts.pop(key, None)
+        return {"ok": False, "refusal": f"{who} did not answer within {timeout:.0f} s" if host.timed_out
+                else f"{who} ended without an answer (exit {host.proc.returncode})"}
+    return _answer(str(ans.get("stdout", "")), str(ans.get("stderr", "")), ans.get("rc"), mark, who)
+
+
+def _answer(stdout: str, stderr: str, rc, mark: str, who: str) -> dict:
+    for line in reversed(stdout.splitlines()):
         if line.startswith(mark):
             try:
                 return json.loads(line[len(mark):])
             except ValueError:
                 break
-    tail = " ".join((p.stderr or "").strip().splitlines()[-1:])[:200]
-    return {"ok": False, "refusal": f"{who} gave no answer (exit {p.returncode}: {tail})"}
+    tail = " ".join((stderr or "").strip().splitlines()[-1:])[:200]
+    return {"ok": False, "refusal": f"{who} gave no answer (exit {rc}: {tail})"}

@@ -53,11 +53,9 @@ def run_server_reader(framework: str, path: str, tps=(1,), environ=None, python:
 
 
 def _run_server_reader(framework: str, path: str, tps, environ, python) -> dict:
-    from guard_core.deployment.guard_module import config_copy, run_guard_module
+    from guard_core.deployment.guard_module import config_copy, run_guard_module, server_process_env
 
-    env = dict(os.environ if environ is None else environ)
-    env.setdefault("HF_HUB_OFFLINE", "1")
-    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env = server_process_env(environ)  # as plan's resolution: one process for both in plan's session
     args = []
     for tp in tps:
         args += ["--tp", str(int(tp))]

@@ -177,3 +177,26 @@ def test_sglangs_resolution_runs_with_plans_default_gpu(tmp_path):
     assert code == 0, err
     assert r["simulated"]["gpu"]["key"] == "b300" and r["resolution"]["server"] is True, r["resolution"]
     assert r["resolution"]["used"] == f"SGLang {SGLANG}'s own engine config"
+
+
+def test_plan_one_process_for_the_reading_and_the_resolution(tmp_path, monkeypatch):
+    """Issue 42 item 1: SGLang's model reader and its resolution of one plan run in one process
+    (guard_core/deployment/module_host.py), where each was a subprocess importing SGLang."""
+    import subprocess
+
+    started = []
+    real = subprocess.Popen
+
+    class Counting(real):
+        def __init__(self, args, *a, **k):
+            started.append([str(x) for x in args] if isinstance(args, (list, tuple)) else [str(args)])
+            super().__init__(args, *a, **k)
+
+    monkeypatch.setattr(subprocess, "Popen", Counting)
+    m = _model(tmp_path, "Qwen3-32B", QWEN3_32B)
+    code, d, err = plan("--gpu", "h200", *_cmd(m, ["--attention-backend", "flashinfer", "--tp", "2"]), reader="server")
+    assert code == 0, err[-2000:]
+    assert d["resolution"]["server"] is True, d["resolution"]
+    assert d["model_reader"]["server"], d["model_reader"]
+    pythons = [a for a in started if "-m" in a]
+    assert len(pythons) == 1 and pythons[0][pythons[0].index("-m") + 1] == "guard_core.deployment.module_host", started

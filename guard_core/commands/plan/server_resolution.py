@@ -139,13 +139,11 @@ def _request(a, cmd: Command, server: ServerConfig) -> dict:
 def _ask(fw: str, req: dict, environ: dict) -> dict:
     """Run ``<fw>_guard.server_resolution`` in a subprocess of this interpreter, offline, in the
     environment the server sees (the guard itself off there: it only reads)."""
-    from guard_core.deployment.guard_module import config_copy, run_guard_module
+    from guard_core.deployment.guard_module import config_copy, run_guard_module, server_process_env
 
-    # this process's environment without the servers' and FlashInfer's variables, then the ones the
-    # server sees (docker -e only, env -i, env -u: commands/plan/command.server_environ)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "SGLANG_", "FLASHINFER", "SGL_"))}
-    env.update(environ)
-    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", CUDA_VISIBLE_DEVICES="", FLASHINFER_GUARD="0")
+    # the environment the server sees (docker -e only, env -i, env -u: commands/plan/command.server_environ),
+    # the same as the model reader's: inside plan's session both run in one process (guard_module.session)
+    env = server_process_env(environ)
     try:
         # the server reads a directory's config.json: a file is read from a private copy named so
         with config_copy(req["model"], always=True) as (_, tmp):
