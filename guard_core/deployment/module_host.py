@@ -25,6 +25,8 @@ import runpy
 import sys
 import traceback
 
+__all__ = ["main", "serve_one"]
+
 
 def _answers():
     fd = os.dup(1)
