@@ -11,11 +11,13 @@ import contextlib
 import json
 import os
 
-__all__ = ["config_copy", "run_guard_module", "server_process_env", "session"]
+__all__ = ["PROGRESS_PREFIX", "config_copy", "run_guard_module", "server_process_env", "session"]
 
 # the module hosts of the open session, by (interpreter, environment); None outside a session
 _hosts: dict | None = None
 PROGRESS_AFTER_S, PROGRESS_EVERY_S = 5.0, 15.0
+# how every progress line begins: a caller (or a script reading stderr) tells them from the verdict line
+PROGRESS_PREFIX = "[flashinfer-guard] plan: waiting for "
 
 
 def server_process_env(environ) -> dict:
@@ -118,7 +120,7 @@ def _progress_line(who: str, timeout: float):
         if elapsed >= PROGRESS_AFTER_S and (shown[0] == 0 or elapsed - shown[0] >= PROGRESS_EVERY_S):
             shown[0] = elapsed
             try:
-                print(f"[flashinfer-guard] plan: waiting for {who} ... {elapsed:.0f} s (limit {timeout:.0f} s)",
+                print(f"{PROGRESS_PREFIX}{who} ... {elapsed:.0f} s (limit {timeout:g} s)",
                       file=sys.stderr, flush=True)
             except (OSError, ValueError):
                 pass
@@ -164,7 +166,7 @@ def run_guard_module(module: str, args: list[str], env: dict, mark: str, timeout
         p = subprocess.run([python or sys.executable, "-m", module, *args], input=stdin, capture_output=True,
                            text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
-        return {"ok": False, "refusal": f"{who} did not answer within {timeout} s"}
+        return {"ok": False, "refusal": f"{who} did not answer within {timeout:g} s"}
     except (OSError, subprocess.SubprocessError) as exc:
         return {"ok": False, "refusal": f"{who} did not run ({type(exc).__name__})"}
     return _answer(p.stdout, p.stderr, p.returncode, mark, who)
@@ -182,7 +184,7 @@ def _hosted(module: str, args: list[str], env: dict, mark: str, timeout: float, 
                    _progress_line(who, timeout))
     if ans is None:
         _hosts.pop(key, None)
-        return {"ok": False, "refusal": f"{who} did not answer within {timeout:.0f} s" if host.timed_out
+        return {"ok": False, "refusal": f"{who} did not answer within {timeout:g} s" if host.timed_out
                 else f"{who} ended without an answer (exit {host.proc.returncode})"}
     return _answer(str(ans.get("stdout", "")), str(ans.get("stderr", "")), ans.get("rc"), mark, who)
 

@@ -18,6 +18,7 @@ import json
 
 import pytest
 
+from guard_core.deployment.guard_module import PROGRESS_PREFIX
 from guard_core.deployment.our_call import our_call_error
 from tests.core.test_plan_defaults import plan, plan_json
 from tests.core.test_plan_server_rules import installed  # noqa: F401 (the fixture)
@@ -106,7 +107,7 @@ def test_the_servers_refusal_is_exit_2_with_its_message(installed, monkeypatch):
         "refusal": f"vLLM 0.23.0's FlashInfer builder refuses: NotImplementedError: {SINKS}"})
     for mode in ("auto", "server"):
         code, out, err = plan("--resolution", mode, *VLLM_CMD)
-        lines = [ln for ln in err.splitlines() if ln.strip()]
+        lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith(PROGRESS_PREFIX)]
         assert code == 2 and out == "" and len(lines) == 1 and "Traceback" not in err, err
         assert lines[0].endswith(f"vLLM 0.23.0 would refuse to start: {SINKS}")
     # --resolution builtin does not ask the server: the rules' answer

@@ -17,6 +17,7 @@ import json
 from importlib import metadata
 
 
+from guard_core.deployment.guard_module import PROGRESS_PREFIX
 from tests.sglang.test_plan_parity import _adapter
 
 SGLANG = metadata.version("sglang")
@@ -119,7 +120,7 @@ def test_a_refused_resolution_falls_back_to_the_rules_in_one_line(tmp_path, monk
     assert (r["need"], r["workspace_bytes"], r["verdict"]) == (rules["need"], rules["workspace_bytes"],
                                                                rules["verdict"])
     code, _r, err = plan("--gpu", "h200", *cmd)
-    lines = [ln for ln in err.splitlines() if ln.strip()]
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith(PROGRESS_PREFIX)]
     assert code == 2 and len(lines) == 1 and "within 0.2 s" in lines[0] and "Traceback" not in err, err
 
 

@@ -19,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from guard_core.deployment.guard_module import PROGRESS_PREFIX
 from tests.common import forkserver
 
 HERE = Path(__file__).resolve().parent
@@ -161,7 +162,7 @@ def test_server_resolution_gpt_oss_ceiling_and_refusals(tmp_path):
     p = subprocess.run([sys.executable, "-m", "guard_core.commands.cli", "plan", "--framework-version", VLLM, "--gpu",
                         "h200", "--", "vllm", "serve", str(oss), "--max-num-seqs", "1024", "--attention-backend",
                         "FLASHINFER"], capture_output=True, text=True, env=_env(), cwd=str(REPO), timeout=900)
-    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip() and not ln.startswith(PROGRESS_PREFIX)]
     assert p.returncode == 2 and p.stdout == "" and "Traceback" not in p.stderr, p.stderr[-3000:]
     assert len(lines) == 1 and f"vLLM {VLLM} would refuse to start: " in lines[0] and "attention sinks" in lines[0]
     # without the choice: plan falls through to its rules (exit 0), saying why in one line
