@@ -87,12 +87,16 @@ def mixed_fill_batches(ctx, layout, limits, tiles, fa2_max_bs: int, min_chunk_pa
             continue
         clip = clip_for(cta)
         vals = _contributions(cta, g, page, m, clip, max_pages, max_len, cap)
+        room = _RaiseRoom(vals, cta, g, page, m, clip, max_pages, max_len)
 
-        def fill(rows, r, e, vals=vals, cta=cta, clip=clip, a_lo=a_lo, a_hi=a_hi):
+        def fill(rows, r, e, vals=vals, cta=cta, clip=clip, a_lo=a_lo, a_hi=a_hi, room=room):
             # the tile's average packed query length bounds the tokens of r requests both ways
             hi = min(tokens, ((a_hi + 1) * r - 1) // g)
-            if r >= len(rows) or -(-a_lo * r // g) > hi or rows[r][e] > hi:
+            need = -(-a_lo * r // g)
+            if r >= len(rows) or need > hi or rows[r][e] > hi:
                 return None
+            if rows[r][e] < need and rows[r][e] + room.total(rows, r, e) < need:
+                return None  # what _concrete finds after raising every request to its room: too few tokens
             return _fill(rows, vals, r, e, cta, g, page, m, clip, max_pages, max_len, tokens, a_lo, a_hi)
 
         rows = _min_tokens(vals, cap, seats, tokens, lambda rows, r: fill(rows, r, cap))
@@ -137,6 +141,49 @@ def _min_tokens(vals, cap: int, seats: int, tokens: int, reaches_cap):
         if min(cur) > tokens:
             break
     return rows
+
+
+def _choice(rows, order, r: int, e: int) -> int:
+    """The entry count of the request ``_fill`` takes last for (``r`` requests, ``e`` entries): the
+    first contribution, in ``vals``' order, on which the knapsack's fewest tokens are reached."""
+    tok, prev = rows[r][e], rows[r - 1]
+    return next(v for v, c in order if v <= e and prev[e - v] + c == tok)
+
+
+class _RaiseRoom:
+    """How far ``_concrete`` can lengthen the queries of the batch ``_fill`` builds for (r, e), in
+    query tokens, without building it: a request of ``t`` tiles and ``k`` chunks rises from its
+    fewest tokens to the longest query of its tile whose pages still split into ``k`` chunks (the
+    same walk as ``_concrete``'s), a figure of (t, k) alone; the batch's room is the sum over the
+    requests ``_fill`` takes, memoized along the knapsack's reconstruction (each (r, e) step once,
+    where rebuilding each candidate batch walked ~90 steps: 7 s of a 7.2 s plan for gemma-4-26B-A4B
+    at TP 2 on H100, of which every candidate but two fell short of the tile's average). Exact:
+    ``total() < need`` exactly where ``_concrete``'s raised tokens stay under ``need``."""
+
+    def __init__(self, vals, cta, g, page, m, clip, max_pages, max_len):
+        self.order = [(v, c) for v, (c, _t, _k) in vals.items()]
+        self.per = {}
+        for v, (q_lo, t, k) in vals.items():
+            hi = _q_range(t, cta, g, max_len)[1]
+            while hi > q_lo and _pages_for(k, hi, m, page, clip, max_pages) is None:
+                hi -= 1
+            self.per[v] = max(0, hi - q_lo)
+        self.memo: dict = {}
+        self.rows = None
+
+    def total(self, rows, r: int, e: int) -> int:
+        if rows is not self.rows:  # another knapsack table: its reconstruction differs
+            self.rows, self.memo = rows, {}
+        memo, path = self.memo, []
+        while r and (r, e) not in memo:
+            v = _choice(rows, self.order, r, e)
+            path.append((r, e, v))
+            r, e = r - 1, e - v
+        acc = memo.get((r, e), 0)
+        for rr, ee, v in reversed(path):
+            acc += self.per[v]
+            memo[(rr, ee)] = acc
+        return acc
 
 
 def _fill(rows, vals, r: int, e: int, cta, g, page, m, clip, max_pages, max_len, tokens, a_lo, a_hi):
