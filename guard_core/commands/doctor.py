@@ -24,7 +24,7 @@ def _doctor_model(path: str, tp: int, w) -> None:
     import os
 
     from guard_core.deployment.groups import GroupsError
-    from guard_core.deployment.server_reader import read_with_server
+    from guard_core.deployment.guard_module import session
 
     cfg_path = os.path.join(path, "config.json") if os.path.isdir(path) else path
     try:
@@ -39,20 +39,27 @@ def _doctor_model(path: str, tp: int, w) -> None:
         w(f"model      {show(cfg_path)} at tp {tp}, built-in reader: "
           + "; ".join(f"{g.count} x {g.kind} {g.num_qo_heads}/{g.num_kv_heads}/{g.head_dim_qk}/{g.head_dim_vo}"
                       for g in mine) + "\n")
-    for fw in ("vllm", "sglang"):
-        if importlib.util.find_spec(fw) is None:
-            continue
-        srv = read_with_server(fw, cfg_path, tp)
-        if not srv.get("ok"):
-            w(f"model      {srv['label']}: {srv.get('refusal')}\n")
-            continue
-        same = sorted(g.key for g in srv["groups"]) == key
-        rel = ("the built-in reader cannot read it" if key is None
-               else "agrees with the built-in reader" if same else "DIFFERS from the built-in reader")
-        w(f"model      {srv['label']}: "
-          + "; ".join(f"{g.count} x {g.kind} {g.num_qo_heads}/{g.num_kv_heads}/{g.head_dim_qk}/{g.head_dim_vo}"
-                      for g in srv["groups"])
-          + f" ({rel}; plan uses the server's)\n")
+    with session():  # the server's code in one process per server, its writes in a scratch directory (plan's rule)
+        for fw in ("vllm", "sglang"):
+            if importlib.util.find_spec(fw) is None:
+                continue
+            _doctor_server_line(fw, cfg_path, tp, key, w)
+
+
+def _doctor_server_line(fw: str, cfg_path: str, tp: int, key, w) -> None:
+    from guard_core.deployment.server_reader import read_with_server
+
+    srv = read_with_server(fw, cfg_path, tp)
+    if not srv.get("ok"):
+        w(f"model      {srv['label']}: {srv.get('refusal')}\n")
+        return
+    same = sorted(g.key for g in srv["groups"]) == key
+    rel = ("the built-in reader cannot read it" if key is None
+           else "agrees with the built-in reader" if same else "DIFFERS from the built-in reader")
+    w(f"model      {srv['label']}: "
+      + "; ".join(f"{g.count} x {g.kind} {g.num_qo_heads}/{g.num_kv_heads}/{g.head_dim_qk}/{g.head_dim_vo}"
+                  for g in srv["groups"])
+      + f" ({rel}; plan uses the server's)\n")
 
 
 def doctor_model_usable(path: str, tp: int) -> None:

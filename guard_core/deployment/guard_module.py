@@ -11,7 +11,7 @@ import contextlib
 import json
 import os
 
-__all__ = ["PROGRESS_PREFIX", "config_copy", "run_guard_module", "server_process_env", "session"]
+__all__ = ["PROGRESS_PREFIX", "config_copy", "in_session", "run_guard_module", "server_process_env", "session"]
 
 # the module hosts of the open session, by (interpreter, environment); None outside a session
 _hosts: dict | None = None
@@ -24,28 +24,98 @@ def server_process_env(environ) -> dict:
     """The environment of a process that runs the server's code for ``plan`` and ``doctor``: this
     process's environment without the servers' and FlashInfer's variables, then those of the
     environment the server sees (``environ``: the launch command's, commands/plan/command.
-    server_environ), offline, no device (it only reads) and the guard off (it only reads)."""
+    server_environ), offline, no device (it only reads) and the guard off (it only reads).
+    Inside a ``session()`` every place the server's code writes at import or while it reads goes
+    to the session's scratch directory (``_NO_TRACE``), removed when the session ends."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "SGLANG_", "FLASHINFER", "SGL_"))}
     env.update(os.environ if environ is None else environ)
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", CUDA_VISIBLE_DEVICES="", FLASHINFER_GUARD="0")
+    if _scratch is not None:
+        user_cache = _vllm_cache_root(env)
+        for var, sub in _NO_TRACE:
+            env[var] = os.path.join(_scratch, sub)
+        _seed_vllm_cache(user_cache, env["VLLM_CACHE_ROOT"])
     return env
+
+
+# What the servers' code writes while plan asks it (measured 2026-12-04 with HOME, XDG_CACHE_HOME,
+# VLLM_CACHE_ROOT and TMPDIR pointed at empty directories, vLLM 0.33.0: vLLM's model inspection
+# cache VLLM_CACHE_ROOT/modelinfos (model_executor/models/registry.py _ModelInfo cache), FlashInfer's
+# ~/.cache/flashinfer/<version>/flashinfer_jit.log (flashinfer/jit/env.py FLASHINFER_WORKSPACE_BASE,
+# jit/core.py), cutlass's and torch inductor's TMPDIR/... folders), each pointed into the scratch
+# directory; Triton's cache as well (nothing compiles here, but an import may make the folder).
+_NO_TRACE = (("TMPDIR", "tmp"), ("FLASHINFER_WORKSPACE_BASE", "flashinfer"), ("VLLM_CACHE_ROOT", "vllm-cache"),
+             ("TRITON_CACHE_DIR", "triton"), ("TORCHINDUCTOR_CACHE_DIR", "inductor"))
+_scratch: str | None = None
+# the user's model-inspection answers copied in (read, never written): at most this many files of this size
+_SEED_FILES, _SEED_BYTES = 2000, 1 << 20
+
+
+def _vllm_cache_root(env: dict) -> str:
+    """VLLM_CACHE_ROOT as vLLM resolves it for ``env`` (vllm/envs.py 0.33.0:713-720: the variable,
+    else $XDG_CACHE_HOME/vllm, else ~/.cache/vllm)."""
+    if env.get("VLLM_CACHE_ROOT"):
+        return os.path.expanduser(env["VLLM_CACHE_ROOT"])
+    home = env.get("HOME") or os.path.expanduser("~")
+    return os.path.join(env.get("XDG_CACHE_HOME") or os.path.join(home, ".cache"), "vllm")
+
+
+def _seed_vllm_cache(user_root: str, root: str) -> None:
+    """The user's vLLM model-inspection answers (``modelinfos/*.json``) copied into the scratch
+    cache once per session: vLLM finds what it found before (a miss costs it a subprocess that
+    imports vLLM again) and writes nothing into the user's cache."""
+    import shutil
+
+    dst = os.path.join(root, "modelinfos")
+    if os.path.isdir(dst):
+        return
+    for _var, sub in _NO_TRACE:
+        os.makedirs(os.path.join(_scratch, sub), exist_ok=True)
+    os.makedirs(dst, exist_ok=True)
+    src = os.path.join(user_root, "modelinfos")
+    try:
+        names = sorted(os.listdir(src))[:_SEED_FILES]
+    except OSError:
+        return
+    for n in names:
+        p = os.path.join(src, n)
+        try:
+            if n.endswith(".json") and not os.path.islink(p) and os.path.isfile(p) and os.path.getsize(p) <= _SEED_BYTES:
+                shutil.copyfile(p, os.path.join(dst, n))
+        except OSError:
+            continue
+
+
+def in_session() -> bool:
+    """Whether a ``session()`` is open (``plan``): calls then go to its server process."""
+    return _hosts is not None
 
 
 @contextlib.contextmanager
 def session():
     """Within it, ``run_guard_module`` keeps one process per (interpreter, environment) and sends
     each call to it; every such process is ended when the block ends."""
-    global _hosts
+    global _hosts, _scratch
     if _hosts is not None:  # nested: the outer session owns the hosts
         yield
         return
+    import shutil
+    import tempfile
+
     _hosts = {}
+    try:
+        _scratch = tempfile.mkdtemp(prefix="flashinfer-guard-plan-")
+    except OSError:
+        _scratch = None  # no temporary directory: the server's code writes where it would
     try:
         yield
     finally:
         hosts, _hosts = _hosts, None
         for h in hosts.values():
             h.close()
+        scratch, _scratch = _scratch, None
+        if scratch:
+            shutil.rmtree(scratch, True)
 
 
 class _Host:
@@ -109,12 +179,25 @@ class _Host:
                 self.proc.wait()
 
 
+def _stderr_is_terminal() -> bool:
+    """Progress lines go to a person at a terminal only: a script reading plan's stderr (or a CI
+    log) gets the verdict's one line and nothing else (the "one line" contract of every refusal)."""
+    import sys
+
+    try:
+        return bool(sys.stderr.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
 def _progress_line(who: str, timeout: float):
     """A line on stderr from 5 s on, then every 15 s (PROGRESS_AFTER_S, PROGRESS_EVERY_S), while the server's code runs: a slow plan is
-    told from a hung one."""
+    told from a hung one. Only where stderr is a terminal (``_stderr_is_terminal``)."""
     import sys
 
     shown = [0.0]
+    if not _stderr_is_terminal():
+        return lambda elapsed: None
 
     def progress(elapsed: float) -> None:
         if elapsed >= PROGRESS_AFTER_S and (shown[0] == 0 or elapsed - shown[0] >= PROGRESS_EVERY_S):

@@ -59,6 +59,14 @@ __all__ = ["READ_ENV", "Launch", "LaunchError", "apply_model_overrides", "attent
 
 # ------------------------------------------------------------------ entry point
 
+def _server_env(ops, environ) -> dict:
+    """The environment the server process sees (``server_environment``), for its own parser."""
+    try:
+        return server_environment(ops, environ)[0]
+    except LaunchError:
+        return dict(environ)
+
+
 def parse_launch(argv: list[str], *, line: str | None = None, environ=None, reader: str = "auto") -> Launch:
     """Read ``argv`` (the command after ``--``) for the server ``line`` (default: the installed
     line, else the checked table nearest the seed's line). ``reader``: ``auto`` (the server's own
@@ -74,7 +82,7 @@ def parse_launch(argv: list[str], *, line: str | None = None, environ=None, read
     if use_server:
         from guard_core.deployment.server_parsers import ServerParserUnavailable, server_read
         try:
-            ns, seen = server_read(framework, form, tokens)
+            ns, seen = server_read(framework, form, tokens, _server_env(ops, environ))
         except ServerParserUnavailable as exc:
             if reader == "server":
                 raise LaunchError(f"the server's own parser is unavailable here: {exc}") from None

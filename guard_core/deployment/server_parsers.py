@@ -23,6 +23,13 @@ command already).
 Each returns the parsed namespace as a dict and what the parser read:
 (dest, option string, values) per option, recorded by wrapping the parser's
 own actions.
+
+Inside ``plan``'s session (``guard_module.session``) with the server not imported in this
+process, the parse runs in plan's one server process (``module_host``, the same process as the
+model reading and the resolution, with the server's environment): ``plan`` itself never imports
+the server (issue 42 item 1: one server import per plan, and none of its import-time writes
+here). The answer crosses as JSON (``_plain``): a parsed config object as the dict of its fields,
+an enum as its name, what the readers downstream (``launch/fields.py``) read from either.
 """
 
 from __future__ import annotations
@@ -30,7 +37,10 @@ from __future__ import annotations
 import contextlib
 import io
 
-__all__ = ["ServerParserUnavailable", "server_read"]
+__all__ = ["MARK", "ServerParserUnavailable", "main", "server_read"]
+
+MARK = "FLASHINFER_GUARD_PARSED "
+PARSE_TIMEOUT_S = 180.0
 
 
 class ServerParserUnavailable(Exception):
@@ -156,19 +166,108 @@ def _refusal(label: str, tokens: list[str], exc: BaseException):
     return LaunchError(f"{label}'s own parser refuses the launch command{where}: {msg}")
 
 
-def server_read(framework: str, form: str, tokens: list[str]) -> tuple[dict, list]:
+def server_read(framework: str, form: str, tokens: list[str], environ=None) -> tuple[dict, list]:
     """(namespace dict, [(dest, option string, values), ...]) from the installed server's parser.
     Raises ``ServerParserUnavailable`` when it cannot be built, ``LaunchError`` when it refuses
-    the command (as the server would)."""
-    from guard_core.deployment.command_limits import MAX_JSON_DEPTH, LaunchError, check_json_text
-    from guard_core.deployment.server_defaults import framework_label
+    the command (as the server would). ``environ``: the environment the server sees (plan's
+    server process runs with it)."""
+    import sys
+
+    from guard_core.deployment import guard_module
 
     _check_config_files(tokens)
-    for t in tokens:  # the parsers json.loads option values and nest dotted keys: bound the nesting first
+    _check_tokens(tokens)
+    if guard_module.in_session() and ("vllm" if framework == "vllm" else "sglang") not in sys.modules:
+        return _hosted_read(framework, form, tokens, environ)
+    return _read(framework, form, tokens)
+
+
+def _check_tokens(tokens: list[str]) -> None:
+    """The parsers json.loads option values and nest dotted keys: bound the nesting first."""
+    from guard_core.deployment.command_limits import MAX_JSON_DEPTH, LaunchError, check_json_text
+
+    for t in tokens:
         if t[:1] in "[{" or (t.startswith("-") and "{" in t):
             check_json_text("a JSON option", t.split("=", 1)[-1] if t.startswith("-") else t)
         if t.startswith("-") and t.split("=", 1)[0].count(".") > MAX_JSON_DEPTH:
             raise LaunchError(f"{t[:40]}... in the launch command: nested deeper than {MAX_JSON_DEPTH} levels")
+
+
+def _hosted_read(framework: str, form: str, tokens: list[str], environ) -> tuple[dict, list]:
+    """``_read`` in plan's server process; its refusals and failures raised here as there."""
+    import json
+
+    from guard_core.deployment.command_limits import LaunchError
+    from guard_core.deployment.guard_module import run_guard_module, server_process_env
+
+    label = "vLLM" if framework == "vllm" else "SGLang"
+    ans = run_guard_module("guard_core.deployment.server_parsers", [], server_process_env(environ), MARK,
+                           PARSE_TIMEOUT_S, f"{label}'s parser",
+                           stdin=json.dumps({"framework": framework, "form": form, "tokens": list(tokens)}))
+    if ans.get("ok") is True and isinstance(ans.get("ns"), dict) and isinstance(ans.get("seen"), list):
+        ns = dict(ans["ns"])
+        ns["_passed"] = set(ns.get("_passed") or ())
+        return ns, [tuple(x) for x in ans["seen"] if isinstance(x, list) and len(x) == 3]
+    if ans.get("refused"):
+        raise LaunchError(str(ans.get("message") or "")[:400])
+    raise ServerParserUnavailable(str(ans.get("message") or ans.get("refusal") or "no answer")[:200])
+
+
+def _plain(v, depth: int = 0, objects_as_text: bool = False):
+    """``v`` as JSON: a config object (a dataclass, an object's attributes) as a dict of its fields
+    (or its text where ``objects_as_text``: what the command showed), an enum as its name, a set
+    or tuple as a list."""
+    import dataclasses
+    import enum
+
+    if isinstance(v, enum.Enum):
+        return v.name
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if depth > 24:
+        return str(v)
+    if isinstance(v, dict):
+        return {str(k): _plain(x, depth + 1, objects_as_text) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x, depth + 1, objects_as_text) for x in v]
+    if isinstance(v, (set, frozenset)):
+        return sorted((_plain(x, depth + 1, objects_as_text) for x in v), key=repr)
+    if objects_as_text or isinstance(v, type):
+        return str(v)
+    if dataclasses.is_dataclass(v):
+        return {f.name: _plain(getattr(v, f.name, None), depth + 1) for f in dataclasses.fields(v)}
+    if hasattr(v, "__dict__"):
+        return {str(k): _plain(x, depth + 1) for k, x in vars(v).items()}
+    return str(v)
+
+
+def main() -> int:
+    """Plan's server process: one JSON request on stdin (framework, form, tokens), one answer
+    line after ``MARK``: the namespace and what was read, or why not."""
+    import json
+    import sys
+
+    from guard_core.deployment.command_limits import LaunchError
+
+    try:
+        req = json.loads(sys.stdin.read())
+        ns, seen = _read(str(req["framework"]), str(req["form"]), [str(t) for t in req["tokens"]])
+        ans = {"ok": True, "ns": _plain(ns), "seen": [[d, o, _plain(v, objects_as_text=True)] for d, o, v in seen]}
+    except LaunchError as exc:
+        ans = {"ok": False, "refused": True, "message": str(exc)}
+    except ServerParserUnavailable as exc:
+        ans = {"ok": False, "message": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - an answer all the same
+        ans = {"ok": False, "message": f"{type(exc).__name__}: {str(exc)[:160]}"}
+    sys.stdout.write(MARK + json.dumps(ans, default=str) + "\n")
+    return 0
+
+
+def _read(framework: str, form: str, tokens: list[str]) -> tuple[dict, list]:
+    from guard_core.deployment.command_limits import LaunchError
+    from guard_core.deployment.server_defaults import framework_label
+
+    _check_tokens(tokens)
     del _SEEN[:]
     seen = _SEEN
     sink = io.StringIO()
@@ -200,3 +299,9 @@ def server_read(framework: str, form: str, tokens: list[str]) -> tuple[dict, lis
     actions = (serve if framework == "vllm" else p)._actions
     d["_aliases"] = {a.dest: list(a.option_strings) for a in actions}
     return d, seen
+
+
+if __name__ == "__main__":
+    import sys as _sys
+
+    _sys.exit(main())

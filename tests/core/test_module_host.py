@@ -93,6 +93,7 @@ def test_a_progress_line_while_it_waits(probe, monkeypatch, capsys):
     call, _ = probe
     monkeypatch.setattr(guard_module, "PROGRESS_AFTER_S", 0.3)
     monkeypatch.setattr(guard_module, "PROGRESS_EVERY_S", 100.0)
+    monkeypatch.setattr(guard_module, "_stderr_is_terminal", lambda: True)  # a person at a terminal
     with guard_module.session():
         call()  # started, imports done
         capsys.readouterr()
@@ -118,3 +119,14 @@ def test_the_host_answers_malformed_requests_and_goes_on(tmp_path):
     assert answers[0]["rc"] == 1 and "JSONDecodeError" in answers[0]["stderr"]
     assert answers[1]["rc"] == 1 and "No module named no_such_module_fg" in answers[1]["stderr"]
     assert answers[2]["rc"] == 0 and '"var": "v"' in answers[2]["stdout"]
+
+
+def test_no_progress_line_where_stderr_is_not_a_terminal(probe, monkeypatch, capsys):
+    """A script or a CI log reading plan's stderr gets the verdict's one line only."""
+    call, _ = probe
+    monkeypatch.setattr(guard_module, "PROGRESS_AFTER_S", 0.3)
+    with guard_module.session():
+        call()
+        capsys.readouterr()
+        assert call(sleep=1.5)["ok"]
+    assert capsys.readouterr().err == ""
