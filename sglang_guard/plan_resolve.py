@@ -71,6 +71,35 @@ def _server_args(argv: list[str], gpu: dict):
     return sa
 
 
+def _sglangs_refusal(exc: BaseException) -> dict | None:
+    """SGLang refusing the deployment in its own config checks (``ServerArgs.__post_init__`` /
+    ``check_server_args`` asserts, ``ModelConfig``'s ValueErrors, e.g. a ``--context-length`` over
+    the model's, configs/model_config.py 0.5.23 ``_derive_context_length``): the server would not
+    start (``refuses``: plan exits 2 with its message). Only where SGLang's own code raised it (the
+    innermost frame in the ``sglang`` package) and it is not our call's error; else None."""
+    from guard_core.deployment.our_call import our_call_error
+
+    if our_call_error(exc) is not None:
+        return None
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    mod = tb.tb_frame.f_globals.get("__name__", "") if tb is not None else ""
+    if not (mod == "sglang" or mod.startswith("sglang.")):
+        return None
+    label = f"SGLang {_version() or ''}".strip()
+    msg = " ".join(str(exc).split())[:400]
+    if not msg:  # a bare assert (server_args.py's DP-attention checks): the check itself, where it stands
+        import linecache
+
+        code = tb.tb_frame.f_code.co_filename
+        text = " ".join(linecache.getline(code, tb.tb_lineno).split())
+        where = code[code.rfind("sglang/"):] if "sglang/" in code else os.path.basename(code)
+        msg = f"{type(exc).__name__} at {where}:{tb.tb_lineno}" + (f": {text}" if text else "")
+    return {"ok": False, "refuses": True, "label": label, "message": msg,
+            "refusal": f"{label} refuses the config: {type(exc).__name__}: {msg}"}
+
+
 def _attention_tp(sa) -> tuple[int, int]:
     """(attention-TP size, attention-DP size) as SGLang computes them for rank 0
     (layers/dp_attention.py ``compute_dp_attention_world_info``: 0.5.5:227-235 ``tp // dp`` with DP
@@ -173,10 +202,16 @@ def resolve(req: dict) -> dict:
     argv = [t for t in req["argv"] if t != "--trust-remote-code"]
     argv += ["--model-path", req["model_dir"], "--device", "cuda", "--load-format", "dummy",
              "--skip-tokenizer-init"]
-    sa = _server_args(argv, req["gpu"])
-    from sglang.srt.configs.model_config import ModelConfig
+    try:
+        sa = _server_args(argv, req["gpu"])
+        from sglang.srt.configs.model_config import ModelConfig
 
-    mc = ModelConfig.from_server_args(sa)
+        mc = ModelConfig.from_server_args(sa)
+    except (ValueError, AssertionError) as exc:
+        refused = _sglangs_refusal(exc)
+        if refused is None:
+            raise
+        return refused
     attn_tp, attn_dp = _attention_tp(sa)
     _set_attention_tp(attn_tp)
     from guard_core.deployment.sglang_defaults import sglang_request_pool

@@ -63,7 +63,7 @@ for v in "${lines[@]}"; do
       0.5.23) select=(tests/sglang/test_realcalls.py tests/sglang/test_deterministic.py tests/sglang/test_kv_budget.py
                       tests/sglang/test_differential.py tests/sglang/test_model_groups.py
                       tests/sglang/test_launch_parser.py tests/sglang/test_defaults_crosscheck.py
-                      tests/sglang/test_plan_parity.py tests/sglang/test_capture_replica.py tests/sglang/test_workspace_ask.py tests/sglang/test_plan_server_resolution.py tests/sglang/test_plan_no_trace.py
+                      tests/sglang/test_plan_parity.py tests/sglang/test_capture_replica.py tests/sglang/test_workspace_ask.py tests/sglang/test_plan_server_resolution.py tests/sglang/test_plan_no_trace.py tests/sglang/test_plan_refusals.py
                       tests/sglang/test_server_signatures.py
                       "$t/test_workspace.py::test_loaded_by_sglangs_own_mechanism"
                       "$t/test_workspace.py::test_without_guard_the_seed_overflow_reproduces_or_is_fixed_upstream"
@@ -73,7 +73,7 @@ for v in "${lines[@]}"; do
       # 0.5.11: plan's parity through the per-line rules; the server-resolved path (its issue-26 item tests and
       # the parity sample through SGLang's own resolution) runs on 0.5.23 (FLASHINFER_GUARD_FULL=1: every line)
       0.5.11) select=(tests/sglang --deselect "$t/test_model_groups.py::test_corpus_read_as_sglang_reads_it"
-                      --deselect "$t/test_plan_server_resolution.py" --deselect "$t/test_plan_no_trace.py"
+                      --deselect "$t/test_plan_server_resolution.py" --deselect "$t/test_plan_no_trace.py" --deselect "$t/test_plan_refusals.py"
                       --deselect "$t/test_plan_parity.py::test_server_resolved_plan_agrees_with_the_adapter") ;;
     esac
   fi
