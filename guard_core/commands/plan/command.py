@@ -11,7 +11,7 @@ from guard_core.commands.plan.records import Command, PlanUsageError
 from guard_core.deployment.launch_command import LaunchError, parse_launch
 from guard_core.deployment.server_defaults import framework_label
 
-__all__ = ["split_launch", "read_command", "server_environ"]
+__all__ = ["split_launch", "read_command"]
 
 
 def split_launch(argv: list[str]) -> tuple[list[str], list[str] | None]:
@@ -60,17 +60,3 @@ def _read_launch(a, environ, notes: list):
             notes.append(f"the launch command's image tag is not mapped to a line: {why}; simulating {label} "
                          f"{DEFAULT_LINE[launch.framework]}, the default line (--framework-version to change)")
     return launch
-
-
-def server_environ(L, environ) -> tuple[dict, str]:
-    """(the environment the server process sees, why): the exported one through the launch
-    command's prefixes (``launch_command.server_environment``)."""
-    from guard_core.deployment.launch_command import server_environment
-
-    exported = os.environ if environ is None else environ
-    if L is None:
-        return dict(exported), "the exported environment (no launch command)"
-    try:
-        return server_environment(L.env_ops, exported)
-    except LaunchError as exc:
-        raise PlanUsageError(str(exc)) from None

@@ -11,7 +11,7 @@ from guard_core.flashinfer.planner_choice import PlannerFacts, dtype_bytes, dtyp
 from guard_core.flashinfer.sizing import AttentionLayout
 from guard_core.versions import is_version, parse_version
 
-__all__ = ["build_facts", "RUNNER_LABELS"]
+__all__ = ["build_facts"]
 
 
 def build_facts(a, cmd: Command, server: ServerConfig, model: ModelView) -> FactsSet:
@@ -71,9 +71,6 @@ def _limits(fw, server: ServerConfig, model: ModelView, pfacts, notes: list):
                                    max_num_batched_tokens=defaults.get("max_batched_tokens"), draft_tokens=draft,
                                    max_model_len=defaults.get("max_model_len"), reorder_batch_threshold=threshold,
                                    fa2_native_decode=_vllm_fa2_native_decode(server)))]
-
-
-RUNNER_LABELS = {"target": "the target model's runner", "draft": "the draft model's runner, sized with the target's shape"}
 
 
 def _sglang_runners(server: ServerConfig, draft: int, notes: list) -> list:

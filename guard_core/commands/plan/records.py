@@ -9,7 +9,10 @@ from typing import Any
 
 from guard_core.runtime.settings import Settings
 
-__all__ = ["PlanUsageError", "Command", "ServerConfig", "ModelView", "FactsSet", "Decided"]
+__all__ = ["PlanUsageError", "Command", "ServerConfig", "ModelView", "FactsSet", "Decided", "RUNNER_LABELS"]
+
+# the model runners a server sizes (facts.py builds one FactsSet entry per runner; report.py names them)
+RUNNER_LABELS = {"target": "the target model's runner", "draft": "the draft model's runner, sized with the target's shape"}
 
 
 class PlanUsageError(ValueError):

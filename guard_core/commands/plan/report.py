@@ -4,8 +4,7 @@ its remedies, the groups and scenarios, what the guard would log, the KV budget 
 
 from __future__ import annotations
 
-from guard_core.commands.plan.facts import RUNNER_LABELS
-from guard_core.commands.plan.records import Command, Decided, FactsSet, ModelView, ServerConfig
+from guard_core.commands.plan.records import RUNNER_LABELS, Command, Decided, FactsSet, ModelView, ServerConfig
 from guard_core.flashinfer.releases import NATIVE_VAR
 from guard_core.flashinfer.sizing import INT_WORKSPACE_BYTES
 from guard_core.runtime.settings import MASTER

@@ -5,7 +5,6 @@ and the FLASHINFER_GUARD_* switches in it, and what every plan says, sized or no
 
 from __future__ import annotations
 
-from guard_core.commands.plan.command import server_environ
 from guard_core.commands.plan.model_source import mtp_depth, plan_model
 from guard_core.commands.plan.records import Command, PlanUsageError, ServerConfig
 from guard_core.decide.records import moe_verdict
@@ -143,3 +142,19 @@ def _moe(a, fw, gpu_key, fi, settings, quantization) -> dict:
             "verdict": (f"{v['gpu']}: {v['summary']} ({v['reason']})" if v["rows"] or v["block"]
                         else f"stands down ({v['reason']})")
             + (f" [{MOE}={settings.moe}]" if settings.moe != "auto" else "")}
+
+
+def server_environ(L, environ) -> tuple[dict, str]:
+    """(the environment the server process sees, why): the exported one through the launch
+    command's prefixes (``launch_command.server_environment``)."""
+    import os
+
+    from guard_core.deployment.launch_command import LaunchError, server_environment
+
+    exported = os.environ if environ is None else environ
+    if L is None:
+        return dict(exported), "the exported environment (no launch command)"
+    try:
+        return server_environment(L.env_ops, exported)
+    except LaunchError as exc:
+        raise PlanUsageError(str(exc)) from None

@@ -141,7 +141,7 @@ def _ask(fw: str, req: dict, environ: dict) -> dict:
     environment the server sees (the guard itself off there: it only reads)."""
     from guard_core.deployment.guard_module import config_copy, run_guard_module, server_process_env
 
-    # the environment the server sees (docker -e only, env -i, env -u: commands/plan/command.server_environ),
+    # the environment the server sees (docker -e only, env -i, env -u: commands/plan/server.server_environ),
     # the same as the model reader's: inside plan's session both run in one process (guard_module.session)
     env = server_process_env(environ)
     try:
