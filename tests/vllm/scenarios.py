@@ -243,7 +243,24 @@ def engine_config(moe_backend: str | None = None, **extra):
     if moe_backend is not None:
         kw["moe_backend"] = moe_backend
     kw.update(extra)
-    return EngineArgs(**kw).create_engine_config()
+    try:
+        return EngineArgs(**kw).create_engine_config()
+    except RuntimeError as exc:
+        # vLLM 0.34's CPU platform refuses x86 without Triton (platforms/cpu.py 0.34.0:239-241,
+        # check_and_update_config), which a GPU server never reaches; this host has no triton-cpu.
+        # Only there, the config the scenario reads (the MoE backend chosen) is built as on a host
+        # that has it (earlier lines build it unchanged: patching Triton's flag there changes what
+        # their later imports see)
+        if "requires Triton" not in str(exc):
+            raise
+    import vllm.triton_utils as tu
+
+    had = getattr(tu, "HAS_TRITON", None)
+    tu.HAS_TRITON = True
+    try:
+        return EngineArgs(**kw).create_engine_config()
+    finally:
+        tu.HAS_TRITON = had
 
 
 def autotune_skip_ops():
@@ -260,6 +277,9 @@ def autotune_skip_ops():
     import torch
 
     class Runner:
+        # 0.34: the warm-up reads the KV cache's extensibility first (kernel_warmup.py 0.34.0:406-409)
+        cache_config = __import__("types").SimpleNamespace(enable_extensible_kv_cache=False)
+
         def get_model(self):
             return torch.nn.Sequential(torch.nn.Linear(2, 2))
 

@@ -386,10 +386,17 @@ def test_workspace_exact_need(pool, versions):
         else:  # vLLM 0.26+: its 1 GiB heuristic at 8192 tokens covers batch 512
             assert r["allocated"] == server == base["allocated"]
             assert "workspace: ok, need 513.5 MiB <= 1024 MiB allocated" in lines[0]
-    else:
+    elif version_lt(versions["flashinfer"], "0.7.4"):
         assert core["graph512"] == SEED_POST_FIX
         assert r["allocated"] == server == base["allocated"]  # vLLM's own size kept
         assert "workspace: ok, need 32.1 MiB <=" in lines[0]
+    else:
+        # FlashInfer 0.7.4's decode wrapper plans CUDA-graph decode with fixed_uniform_q_len (no KV
+        # split past the split budget: guard_core/flashinfer/planner.py's release table, held to 0.7.4's
+        # compiled planner by tests/conformance): batch 512 here plans no split scratch
+        assert core["graph512"] == 0
+        assert r["allocated"] == server == base["allocated"]
+        assert "workspace: ok, need " in lines[0]
     assert run.lines("WARNING") == []
 
 
