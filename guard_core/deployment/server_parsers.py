@@ -41,6 +41,7 @@ __all__ = ["MARK", "ServerParserUnavailable", "main", "server_read"]
 
 MARK = "FLASHINFER_GUARD_PARSED "
 PARSE_TIMEOUT_S = 180.0
+_PLAIN_NODES = 200_000
 
 
 class ServerParserUnavailable(Exception):
@@ -213,31 +214,35 @@ def _hosted_read(framework: str, form: str, tokens: list[str], environ) -> tuple
     raise ServerParserUnavailable(str(ans.get("message") or ans.get("refusal") or "no answer")[:200])
 
 
-def _plain(v, depth: int = 0, objects_as_text: bool = False):
+def _plain(v, depth: int = 0, objects_as_text: bool = False, budget: list | None = None):
     """``v`` as JSON: a config object (a dataclass, an object's attributes) as a dict of its fields
     (or its text where ``objects_as_text``: what the command showed), an enum as its name, a set
-    or tuple as a list."""
+    or tuple as a list. At most 24 levels and ``_PLAIN_NODES`` values in all (an object graph with
+    cycles or a very wide one ends as text)."""
     import dataclasses
     import enum
 
+    if budget is None:
+        budget = [_PLAIN_NODES]
+    budget[0] -= 1
     if isinstance(v, enum.Enum):
         return v.name
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
-    if depth > 24:
-        return str(v)
+    if depth > 24 or budget[0] <= 0:
+        return str(v)[:200]
     if isinstance(v, dict):
-        return {str(k): _plain(x, depth + 1, objects_as_text) for k, x in v.items()}
+        return {str(k): _plain(x, depth + 1, objects_as_text, budget) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_plain(x, depth + 1, objects_as_text) for x in v]
+        return [_plain(x, depth + 1, objects_as_text, budget) for x in v]
     if isinstance(v, (set, frozenset)):
-        return sorted((_plain(x, depth + 1, objects_as_text) for x in v), key=repr)
+        return sorted((_plain(x, depth + 1, objects_as_text, budget) for x in v), key=repr)
     if objects_as_text or isinstance(v, type):
         return str(v)
     if dataclasses.is_dataclass(v):
-        return {f.name: _plain(getattr(v, f.name, None), depth + 1) for f in dataclasses.fields(v)}
+        return {f.name: _plain(getattr(v, f.name, None), depth + 1, False, budget) for f in dataclasses.fields(v)}
     if hasattr(v, "__dict__"):
-        return {str(k): _plain(x, depth + 1) for k, x in vars(v).items()}
+        return {str(k): _plain(x, depth + 1, False, budget) for k, x in vars(v).items()}
     return str(v)
 
 
