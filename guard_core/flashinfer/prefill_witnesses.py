@@ -162,12 +162,8 @@ class _RaiseRoom:
 
     def __init__(self, vals, cta, g, page, m, clip, max_pages, max_len):
         self.order = [(v, c) for v, (c, _t, _k) in vals.items()]
-        self.per = {}
-        for v, (q_lo, t, k) in vals.items():
-            hi = _q_range(t, cta, g, max_len)[1]
-            while hi > q_lo and _pages_for(k, hi, m, page, clip, max_pages) is None:
-                hi -= 1
-            self.per[v] = max(0, hi - q_lo)
+        self.per = {v: max(0, _longest_query(t, k, q_lo, cta, g, page, m, clip, max_pages, max_len) - q_lo)
+                    for v, (q_lo, t, k) in vals.items()}
         self.memo: dict = {}
         self.rows = None
 
@@ -190,12 +186,21 @@ def _fill(rows, vals, r: int, e: int, cta, g, page, m, clip, max_pages, max_len,
     """The concrete batch (``_concrete``) of ``r`` requests, ``e`` entries and the fewest tokens
     ``rows`` found, or None."""
     reqs = []
+    order = [(v, c) for v, (c, _t, _k) in vals.items()]
     while r:
-        tok = rows[r][e]
-        v = next(v for v, (c, _t, _k) in vals.items() if v <= e and rows[r - 1][e - v] + c == tok)
+        v = _choice(rows, order, r, e)
         reqs.append(vals[v][1:])
         r, e = r - 1, e - v
     return _concrete(reqs, cta, g, page, m, clip, max_pages, max_len, tokens, a_lo, a_hi)
+
+
+def _longest_query(t, k, q, cta, g, page, m, clip, max_pages, max_len) -> int:
+    """The longest query (at least ``q``) of a request of ``t`` tiles whose pages still split into
+    ``k`` chunks: what ``_concrete`` may raise it to, and ``_RaiseRoom``'s room."""
+    hi = _q_range(t, cta, g, max_len)[1]
+    while hi > q and _pages_for(k, hi, m, page, clip, max_pages) is None:
+        hi -= 1
+    return hi
 
 
 def _q_range(t, cta, g, max_len):
@@ -229,9 +234,7 @@ def _concrete(reqs, cta, g, page, m, clip, max_pages, max_len, tokens, a_lo, a_h
     for i, (t, k) in enumerate(reqs):
         if total >= need:
             break
-        hi = _q_range(t, cta, g, max_len)[1]
-        while hi > qs[i] and _pages_for(k, hi, m, page, clip, max_pages) is None:
-            hi -= 1
+        hi = _longest_query(t, k, qs[i], cta, g, page, m, clip, max_pages, max_len)
         add = max(0, min(hi - qs[i], need - total))
         qs[i] += add
         total += add

@@ -12,6 +12,8 @@ TMPDIR/<user>/cutlass_python_cache and TMPDIR/torchinductor_<user> written by ev
 
 from __future__ import annotations
 
+import importlib
+import io
 import json
 import os
 import shutil
@@ -20,6 +22,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+CORPUS = REPO / "tests" / "data" / "model_configs"
 
 # plan's own process, wrapped: counts the processes it starts and says whether it imported the server
 WRAP = r"""
@@ -73,3 +76,37 @@ def plan_watched(tmp_path: Path, launch: list[str], vllm_cache_seed: str | None 
         assert not new and not changed, f"plan wrote into {k}: new {new[:10]}, changed {changed[:10]}"
     body = p.stdout[: p.stdout.rindex("\nWRAP ")] if "\nWRAP " in p.stdout else p.stdout
     return json.loads(body), rec
+
+
+def check_plan_in_one_server_process(tmp_path: Path, launch_for, server_config_module: str,
+                                     vllm_cache_seed: str | None = None) -> None:
+    """The whole check for one server: Qwen3-32B at TP 2 on H200 (``launch_for(model_dir)``: the
+    launch command), plan run watched (``plan_watched``): resolved, read and parsed by the server's
+    own code, none of the server, torch or FlashInfer imported in plan's process, one Python process
+    started (the module host); then the same plan in this process, with ``server_config_module``
+    imported here first (the server's parser then runs here): the same answer, the parsed launch
+    record whole."""
+    from contextlib import redirect_stderr, redirect_stdout
+
+    model = tmp_path / "Qwen3-32B"
+    model.mkdir()
+    (model / "config.json").write_text((CORPUS / "Qwen3-32B.json").read_text())
+    launch = launch_for(str(model))
+    d, rec = plan_watched(tmp_path, launch, vllm_cache_seed=vllm_cache_seed)
+    assert d["resolution"]["server"] is True, d["resolution"]
+    assert d["model_reader"]["server"], d["model_reader"]
+    assert "own parser" in d["launch"]["reader"], d["launch"]
+    assert rec["imported"] == [], rec  # neither the server nor torch nor FlashInfer in plan's own process
+    pythons = [a for a in rec["started"] if "-m" in a]
+    assert len(pythons) == 1 and pythons[0][pythons[0].index("-m") + 1] == "guard_core.deployment.module_host", rec
+    from guard_core.commands import cli
+
+    importlib.import_module(server_config_module)
+    out = io.StringIO()
+    with redirect_stdout(out), redirect_stderr(io.StringIO()):
+        assert cli.main(["plan", "--json", "--gpu", "h200", "--", *launch]) == 0
+    here = json.loads(out.getvalue())
+    for key in ("layout", "limits", "need", "workspace_bytes", "verdict", "server_default_bytes"):
+        assert d[key] == here[key], key
+    assert d["resolution"]["resolved"] == here["resolution"]["resolved"]
+    assert d["launch"] == here["launch"]  # the parse crossed as JSON reads as the parse in this process
