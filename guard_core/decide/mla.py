@@ -61,6 +61,7 @@ class MlaPath:
     causal: bool = False
     drives: str = "requests"  # "requests" | "tokens": the limit whose largest fitting value is given
     limit: str = ""  # the option that sets the driving limit, e.g. "--max-running-requests"
+    limit_scale: int = 1  # the option's value is this many times the per-rank limit (SGLang DP attention)
     source: str = ""  # the server rule that makes this path (file:line)
 
     @property
@@ -203,12 +204,13 @@ def witness_works(version: str, path: MlaPath, worst: Worst, num_sms: int, max_k
     indptr = [0]
     for qi in q:
         indptr.append(indptr[-1] + qi)
-    try:
-        plan = mla_plan(version, indptr, kv, num_heads=path.heads, head_dim_o=512, causal=path.causal,
-                        num_sms=num_sms)
-    except PlannerError:
-        return None
-    return plan.total_num_works
+    for kv_lens in (kv, list(q)):  # the long request, else (FlashInfer refuses the split) none
+        try:
+            return mla_plan(version, indptr, kv_lens, num_heads=path.heads, head_dim_o=512, causal=path.causal,
+                            num_sms=num_sms).total_num_works
+        except PlannerError:
+            continue
+    return None
 
 
 @dataclass(frozen=True)
@@ -240,7 +242,10 @@ class MlaPathOutcome:
         unit = "requests" if self.path.drives == "requests" else "tokens"
         if self.fits_up_to is None:
             return f"no {unit} value keeps the {self.path.kind} path within {self.capacity:,} works"
-        return f"{self.path.limit} <= {self.fits_up_to:,}"
+        k = self.path.limit_scale
+        value = self.fits_up_to * k + k - 1  # the option's value whose per-rank share is fits_up_to
+        per_rank = f" ({self.fits_up_to:,} per rank)" if k > 1 else ""
+        return f"{self.path.limit} <= {value:,}{per_rank}"
 
     def as_dict(self) -> dict:
         w = self.worst
