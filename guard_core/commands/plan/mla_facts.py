@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from guard_core.commands.plan.records import Command, ServerConfig
 from guard_core.decide.mla import MlaFacts, MlaPath
+from guard_core.decide.workspace import sglang_capture_sizes
 from guard_core.deployment.mla_routes import MlaRoute, route
 
 __all__ = ["MlaFactsSet", "mla_facts"]
@@ -36,10 +37,16 @@ def _largest_batch(server: ServerConfig) -> tuple[int, str, str]:
     d = server.defaults
     running = d.get("request_pool") or d.get("max_num_seqs") or 1
     src = d.values["request_pool" if d.get("request_pool") else "max_num_seqs"].source
-    graphs = d.decode_graph_sizes or ()
+    # graphs above the request pool are not captured (decide.workspace.sglang_capture_sizes, cited there)
+    graphs = sglang_capture_sizes(d.decode_graph_sizes or (), d.get("request_pool"))
     top = max(graphs) if graphs else 0
     if top > running:
-        return top, "--cuda-graph-max-bs", d.values["capture_sizes"].source
+        from guard_core.deployment.deployment_record import known_line, line_at_least
+
+        # SGLang 0.5.23 splits the option (--cuda-graph-max-bs-decode / -prefill)
+        opt = ("--cuda-graph-max-bs-decode" if line_at_least(known_line("sglang", server.line), "0.5.23")
+               else "--cuda-graph-max-bs")
+        return top, opt, d.values["capture_sizes"].source
     return int(running), "--max-running-requests", src
 
 
