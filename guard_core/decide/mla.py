@@ -26,7 +26,7 @@ it is an upper bound (``tiles_exact`` False). Each path also gives the mirror's 
 constructed worst batch (one request at the longest context, the rest short): a count the
 planner reaches, to show the bound is not empty.
 
-A path (``MlaPath``): the query tokens per request lie in ``[q_min, q_max]`` and one batch
+A path (``MlaPath``): the query tokens per request (batch row) lie in ``[q_min, q_max]`` and one batch
 holds at most ``max_requests`` requests (CUDA-graph padding rows included) and ``max_tokens``
 query tokens. Decode: ``q = 1``; verify: ``q = 1 + draft tokens`` (draft extend: up to it);
 paged extend: ``1 .. chunk`` tokens, at most the chunk in all. The driving limit is the request
@@ -62,6 +62,7 @@ class MlaPath:
     drives: str = "requests"  # "requests" | "tokens": the limit whose largest fitting value is given
     limit: str = ""  # the option that sets the driving limit, e.g. "--max-running-requests"
     limit_scale: int = 1  # the option's value is this many times the per-rank limit (SGLang DP attention)
+    per_request: int = 1  # batch rows per request of the option (EAGLE's draft decode: topk rows a request)
     source: str = ""  # the server rule that makes this path (file:line)
 
     @property
@@ -242,9 +243,12 @@ class MlaPathOutcome:
         unit = "requests" if self.path.drives == "requests" else "tokens"
         if self.fits_up_to is None:
             return f"no {unit} value keeps the {self.path.kind} path within {self.capacity:,} works"
-        k = self.path.limit_scale
-        value = self.fits_up_to * k + k - 1  # the option's value whose per-rank share is fits_up_to
-        per_rank = f" ({self.fits_up_to:,} per rank)" if k > 1 else ""
+        k, rows = self.path.limit_scale, self.path.per_request
+        if self.fits_up_to < rows:
+            return f"no {self.path.limit} value keeps the {self.path.kind} path within {self.capacity:,} works"
+        fits = self.fits_up_to // rows  # requests whose rows fit
+        value = fits * k + k - 1  # the option's value whose per-rank share is ``fits``
+        per_rank = f" ({fits:,} per rank)" if k > 1 else ""
         return f"{self.path.limit} <= {value:,}{per_rank}"
 
     def as_dict(self) -> dict:
@@ -256,6 +260,7 @@ class MlaPathOutcome:
                 "worst_batch": {"requests": w.batch, "tokens": w.tokens}, "tiles_exact": w.tiles_exact,
                 "basis": self.basis, "mirror_reached": self.reached, "capacity": self.capacity,
                 "over": self.over, "limit": self.path.limit, "largest_fitting": self.fits_up_to,
+                "rows_per_request": self.path.per_request, "limit_scale": self.path.limit_scale,
                 "remedy": self.remedy()}
 
 

@@ -18,7 +18,8 @@ SGLang (every read line alike, file:line per line):
   Decode plans ``BatchMLAPagedAttentionWrapper.plan`` with one query token per request, not causal
   (``call_begin_forward``: 0.5.5:731-758, 0.5.11:734-761, 0.5.23:959-986), CUDA graphs plan their
   capture batch (0.5.5:376-400; 0.5.23:350-373) and replay through ``fast_mla_decode_plan``
-  (0.5.5:1075, 0.5.23:1386). Target verify and draft extend plan the paged wrapper, causal, with
+  (0.5.5:1075, 0.5.23:1386); EAGLE's draft steps decode ``topk`` rows per request through
+  ``FlashInferMLAMultiStepDraftBackend`` (0.5.5:895-917, 0.5.23:1184-1206). Target verify and draft extend plan the paged wrapper, causal, with
   the draft tokens per request (0.5.5:297-318; 0.5.23:435-446, 1433 ``fast_mla_prefill_plan``).
   An extend plans the paged wrapper, causal, whenever a request has a prefix, or always with
   ``--flashinfer-mla-disable-ragged`` (``use_ragged``: 0.5.5:322-326; 0.5.11:323-329; 0.5.23:450-458,
@@ -65,6 +66,9 @@ _SRC = {
     "verify": {"0.5.5": "flashinfer_mla_backend.py 0.5.5:297-318, 879-892",
                "0.5.11": "flashinfer_mla_backend.py 0.5.11:298-319, 882-895",
                "0.5.23": "flashinfer_mla_backend.py 0.5.23:435-446, 1168-1181, 1433"},
+    "draft decode": {"0.5.5": "flashinfer_mla_backend.py 0.5.5:895-1047 (max_bs = pool x topk :917)",
+                     "0.5.11": "flashinfer_mla_backend.py 0.5.11:898-1050 (max_bs = pool x topk :920)",
+                     "0.5.23": "flashinfer_mla_backend.py 0.5.23:1184- (pool x topk :1206)"},
     "extend": {"0.5.5": "flashinfer_mla_backend.py 0.5.5:319-337, 879-892",
                "0.5.11": "flashinfer_mla_backend.py 0.5.11:320-340, 882-895",
                "0.5.23": "flashinfer_mla_backend.py 0.5.23:447-497, 1168-1181"},
@@ -142,4 +146,7 @@ def route(framework: str, line: str, cc, architecture: str | None, attention_bac
         return MlaRoute(name, why, not_applicable=(
             f"SGLang {line} runs this MLA model on its {name} attention backend ({why}), which does not plan "
             f"through FlashInfer's MLA planner{more}; --attention-backend flashinfer would"))
-    return MlaRoute(name, why, tuple(kinds), tuple((k, _SRC[k][rl]) for k in kinds))
+    srcs = [(k, _SRC[k][rl]) for k in kinds]
+    if "decode" in kinds and speculative:
+        srcs.append(("draft decode", _SRC["draft decode"][rl]))  # EAGLE's draft steps, topk rows a request
+    return MlaRoute(name, why, tuple(kinds), tuple(srcs))

@@ -129,3 +129,18 @@ def test_hybrid_backends_take_each_side():
     r = plan_json("--gpu", "h200", "--framework-version", "0.5.23", "--", *V3, "--tp", "8",
                   "--prefill-attention-backend", "fa3", "--decode-attention-backend", "flashinfer")
     assert [p["kind"] for p in r["mla"]["paths"]] == ["decode"]
+
+
+def test_eagle_topk_draft_decode_rows():
+    # EAGLE topk 4: the draft steps decode 4 rows per request (FlashInferMLAMultiStepDraftBackend,
+    # max_bs = pool x topk); TP 8 (16 heads, cluster 1, C = 132): 5,000 requests are 20,000 rows
+    r = plan_json("--gpu", "h200", "--framework-version", "0.5.11", "--", *V3, "--tp", "8",
+                  "--attention-backend", "flashinfer", "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
+                  "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8",
+                  "--max-running-requests", "5000")
+    dd = _path(r, "draft decode")
+    assert dd["max_requests"] == 20000 and dd["largest_works"] == 20000 + 132 and dd["over"]
+    # 16,252 rows fit: 4,063 requests of 4 rows
+    assert dd["remedy"] == "--max-running-requests <= 4,063"
+    assert _works([1] * (4063 * 4), [1] * (4063 * 4 - 1) + [10_000_000], 16, causal=False) <= CAP
+    assert not _path(r, "decode")["over"]

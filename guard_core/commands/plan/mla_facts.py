@@ -73,6 +73,11 @@ def mla_facts(a, cmd: Command, server: ServerConfig) -> MlaFactsSet:
     for kind in r.kinds:
         if kind == "decode":
             paths.append(MlaPath("decode", heads, batch, limit=batch_limit, limit_scale=req_scale, source=src[kind]))
+            topk = int(d.get("eagle_topk") or 1)
+            if spec and topk > 1 and "draft decode" in src:
+                # EAGLE's draft steps decode topk rows per request (FlashInferMLAMultiStepDraftBackend)
+                paths.append(MlaPath("draft decode", heads, batch * topk, limit=batch_limit, limit_scale=req_scale,
+                                     per_request=topk, source=src["draft decode"]))
         elif kind == "verify":  # target verify: 1 + draft tokens each; draft extend: up to that
             paths.append(MlaPath("verify", heads, batch, q_min=1, q_max=q_verify, causal=True, limit=batch_limit,
                                  limit_scale=req_scale, source=src[kind]))
