@@ -13,11 +13,11 @@ SGLang (every read line alike, file:line per line):
   it) on SM 10.x takes ``trtllm_mla`` (server_args.py 0.5.5:899-909; 0.5.11:1673-1679, 1768-1777;
   arg_groups/model_overrides/deepseek_v2.py 0.5.23:37-49, 178-185); any other MLA model takes
   ``fa3`` on Hopper, ``flashinfer`` on SM 10.x, ``triton`` elsewhere (server_args.py
-  0.5.5:1159-1174; 0.5.11:2516-2531; arg_groups/model_override_base.py 0.5.23:336-351).
+  0.5.5:1159-1174; 0.5.11:2515-2531; arg_groups/model_override_base.py 0.5.23:336-351).
 - ``flashinfer`` is ``FlashInferMLAAttnBackend`` (layers/attention/flashinfer_mla_backend.py).
   Decode plans ``BatchMLAPagedAttentionWrapper.plan`` with one query token per request, not causal
   (``call_begin_forward``: 0.5.5:731-758, 0.5.11:734-761, 0.5.23:959-986), CUDA graphs plan their
-  capture batch (0.5.5:376-400; 0.5.23:350-373) and replay through ``fast_mla_decode_plan``
+  capture batch (0.5.5:370-400; 0.5.23:352-373) and replay through ``fast_mla_decode_plan``
   (0.5.5:1075, 0.5.23:1386); EAGLE's draft steps decode ``topk`` rows per request through
   ``FlashInferMLAMultiStepDraftBackend`` (0.5.5:895-917, 0.5.23:1184-1206). Target verify and draft extend plan the paged wrapper, causal, with
   the draft tokens per request (0.5.5:297-318; 0.5.23:435-446, 1433 ``fast_mla_prefill_plan``).
@@ -73,7 +73,7 @@ _SRC = {
                "0.5.11": "flashinfer_mla_backend.py 0.5.11:320-340, 882-895",
                "0.5.23": "flashinfer_mla_backend.py 0.5.23:447-497, 1168-1181"},
 }
-_DEFAULT_SRC = {"0.5.5": "server_args.py 0.5.5:1159-1174", "0.5.11": "server_args.py 0.5.11:2516-2531",
+_DEFAULT_SRC = {"0.5.5": "server_args.py 0.5.5:1159-1175", "0.5.11": "server_args.py 0.5.11:2515-2531",
                 "0.5.23": "arg_groups/model_override_base.py 0.5.23:336-351"}
 _TRTLLM_SRC = {"0.5.5": "server_args.py 0.5.5:899-909", "0.5.11": "server_args.py 0.5.11:1768-1777",
                "0.5.23": "arg_groups/model_overrides/deepseek_v2.py 0.5.23:178-185"}
