@@ -13,7 +13,7 @@ SGLang (every read line alike, file:line per line):
   it) on SM 10.x takes ``trtllm_mla`` (server_args.py 0.5.5:899-909; 0.5.11:1673-1679, 1768-1777;
   arg_groups/model_overrides/deepseek_v2.py 0.5.23:37-49, 178-185); any other MLA model takes
   ``fa3`` on Hopper, ``flashinfer`` on SM 10.x, ``triton`` elsewhere (server_args.py
-  0.5.5:1159-1174; 0.5.11:2515-2531; arg_groups/model_override_base.py 0.5.23:336-351).
+  0.5.5:1159-1175; 0.5.11:2515-2531; arg_groups/model_override_base.py 0.5.23:336-351).
 - ``flashinfer`` is ``FlashInferMLAAttnBackend`` (layers/attention/flashinfer_mla_backend.py).
   Decode plans ``BatchMLAPagedAttentionWrapper.plan`` with one query token per request, not causal
   (``call_begin_forward``: 0.5.5:731-758, 0.5.11:734-761, 0.5.23:959-986), CUDA graphs plan their
