@@ -144,3 +144,18 @@ def test_eagle_topk_draft_decode_rows():
     assert dd["remedy"] == "--max-running-requests <= 4,063"
     assert _works([1] * (4063 * 4), [1] * (4063 * 4 - 1) + [10_000_000], 16, causal=False) <= CAP
     assert not _path(r, "decode")["over"]
+
+
+def test_the_servers_own_reader_finding_mla_routes_to_the_mla_answer(monkeypatch):
+    """Where the built-in reader sees no MLA but the server's own config code does (model.py), the
+    plan answers through the MLA stages instead of sizing the workspace."""
+    from guard_core.commands.plan import model as stage
+
+    monkeypatch.setattr(stage, "_server_reading", lambda *a, **k: {"ok": True, "label": "SGLang 0.5.23's ModelConfig",
+                                                                   "groups": [], "use_mla": True})
+    llama = ["python", "-m", "sglang.launch_server", "--model-path", "tests/data/model_configs/Meta-Llama-3.1-8B.json"]
+    r = plan_json("--gpu", "h200", "--framework-version", "0.5.23", "--", *llama, "--attention-backend", "flashinfer")
+    assert r["area"] == "mla" and r["mla"]["backend"] == "flashinfer"
+    # 32 heads at TP 1: one decode token is 32 rows (cluster 1, C = 132), one tile a request
+    d = _path(r, "decode")
+    assert d["heads"] == 32 and d["largest_works"] == d["max_requests"] + 132
