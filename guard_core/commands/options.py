@@ -123,7 +123,12 @@ def _add_plan_parser(sub) -> None:
         description="Size FlashInfer's workspace for a deployment, offline. Every limit not given is what the "
                     "simulated framework line chooses on the simulated GPU; the server's own launch command can "
                     "follow `--` (vllm serve MODEL ..., python -m vllm.entrypoints.openai.api_server --model ..., "
-                    "python -m sglang.launch_server --model-path ...). Plan options override the command.")
+                    "python -m sglang.launch_server --model-path ...). Plan options override the command. "
+                    "For an MLA model (DeepSeek-V3/R1, Kimi-K2, ...) it answers FlashInfer's MLA planner limit "
+                    "instead: the backend the server takes, each batch kind planned through MLAPlan, the largest "
+                    "works against its 16,384 capacity (over: silent wrong attention, then an illegal address; "
+                    "FlashInfer PR #5170) and the largest --max-running-requests / --chunked-prefill-size that "
+                    "fits; not applicable, with why, on other backends (docs/mla-guard.md).")
     _add_model_options(pl)
     _add_server_options(pl)
     _add_limit_options(pl)

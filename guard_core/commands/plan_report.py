@@ -22,8 +22,10 @@ they hand on are in ``records``.
 from __future__ import annotations
 
 from guard_core.commands.plan.command import read_command, split_launch
-from guard_core.commands.plan.decide import decide
+from guard_core.commands.plan.decide import decide, decide_mla
 from guard_core.commands.plan.facts import build_facts
+from guard_core.commands.plan.mla_facts import mla_facts
+from guard_core.commands.plan.mla_report import mla_not_applicable, mla_report
 from guard_core.commands.plan.model import read_model
 from guard_core.commands.plan.model_source import resolve_model
 from guard_core.commands.plan.printing import print_report
@@ -36,6 +38,7 @@ from guard_core.commands.plan.server_resolution import server_facts
 __all__ = ["PlanUsageError", "build", "print_report", "split_launch",
            # the stages, in order, and their records
            "read_command", "resolve_server", "read_model", "server_facts", "build_facts", "decide", "report",
+           "mla_facts", "decide_mla", "mla_report",
            "Command", "ServerConfig", "ModelView", "FactsSet", "Decided", "resolve_model", "describe_scenario",
            # plan's own flags over the launch command's ServerShape
            "PLAN_FLAGS",
@@ -62,12 +65,23 @@ def _build(a, resolve_gpu, environ=None) -> dict:
     cmd = read_command(a, environ)
     server = resolve_server(a, cmd, resolve_gpu, environ)
     if server.model.uses_mla:
-        return dict(server.record, verdict="not_applicable", notes=cmd.notes,
-                    reason="MLA model: FlashInfer's MLA planner uses its own buffer, not the one guarded here")
+        return _build_mla(a, cmd, server)
     model = read_model(a, cmd, server)
+    if model.mla:  # the server's own reader found MLA where the built-in one did not
+        return _build_mla(a, cmd, server)
     if model.not_applicable:
         return dict(server.record, verdict="not_applicable", reason=model.not_applicable, notes=cmd.notes)
     # the facts as the installed server resolves them (server_resolution), else the built-in rules
     facts = server_facts(a, cmd, server, model) or build_facts(a, cmd, server, model)
     decided = decide(server, facts)
     return report(a, cmd, server, model, facts, decided)
+
+
+def _build_mla(a, cmd, server) -> dict:
+    """An MLA model: the paths through FlashInfer's MLA planner (``mla_facts``) -> the MLA decision
+    (``decide_mla``, ``guard_core.decide.mla``) -> the record (``mla_report``); "not applicable",
+    with why, where the server plans none of its batches there."""
+    mfs = mla_facts(a, cmd, server)
+    if mfs.facts is None:
+        return mla_not_applicable(cmd, server, mfs)
+    return mla_report(a, cmd, server, mfs, decide_mla(mfs))

@@ -18,8 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = ROOT / "guard_core" / "commands" / "plan"
 # the stages in order (plan_report.build); a stage may span modules
-STAGES = [{"command"}, {"server", "model_source"}, {"model"}, {"server_resolution"}, {"facts"}, {"decide"},
-          {"report", "printing"}]
+STAGES = [{"command"}, {"server", "model_source"}, {"model"}, {"server_resolution"}, {"facts", "mla_facts"},
+          {"decide"}, {"report", "printing", "mla_report"}]
 SHARED = {"records", "__init__"}
 
 

@@ -8,7 +8,7 @@ from guard_core.commands.plan.records import Decided, FactsSet, ServerConfig
 from guard_core.deployment.server_defaults import gpu_memory
 from guard_core.runtime.settings import Settings
 
-__all__ = ["decide"]
+__all__ = ["decide", "decide_mla"]
 
 
 def decide(server: ServerConfig, fs: FactsSet) -> Decided:
@@ -43,3 +43,10 @@ def decide(server: ServerConfig, fs: FactsSet) -> Decided:
         guard = wd.decide(facts, server_bytes=fs.buffer, user_bytes=fs.user_bytes, settings=guard_settings,
                           computed=computed)
     return Decided(needs, top, verdict, guard)
+
+
+def decide_mla(mfs):
+    """Stage 5 for an MLA model: ``guard_core.decide.mla.decide`` on the facts (the adapters' call)."""
+    from guard_core.decide import mla as dm
+
+    return dm.decide(mfs.facts)

@@ -12,6 +12,8 @@ from guard_core.deployment.launch_command import attention_backend_note
 
 __all__ = ["read_model"]
 
+_MLA = "MLA model: answered by the MLA stages (mla_facts, decide_mla, mla_report)"
+
 
 def read_model(a, cmd: Command, server: ServerConfig) -> ModelView:
     """Stage 3: the attention groups one rank plans (the server's own reader where installed)."""
@@ -22,7 +24,7 @@ def read_model(a, cmd: Command, server: ServerConfig) -> ModelView:
     mg = server.model.model_groups()
     rank_groups, reader, not_applicable = _rank_groups(a, cmd.framework, mg, server.model_path, tp_v,
                                                        server.environ)
-    return ModelView(mg, rank_groups, reader, tp_v, dcp_v, not_applicable)
+    return ModelView(mg, rank_groups, reader, tp_v, dcp_v, not_applicable, mla=not_applicable == _MLA)
 
 
 def _launch_notes(L, kv_dtype: str, notes: list) -> None:
@@ -50,8 +52,9 @@ def _rank_groups(a, fw, mg, model_path, tp_v: int, environ):
         if srv.get("ok"):
             srv_groups = list(server_view([g for g in srv["groups"] if g.kind != "mla"], fw))
             if not srv_groups and srv.get("use_mla"):
-                return rank_groups, reader, (f"MLA model ({srv['label']}): FlashInfer's MLA planner "
-                                             "uses its own buffer, not the one guarded here")
+                # the server's own reader reads MLA: the plan answers through the MLA stages
+                reader["server_reads_mla"] = srv["label"]
+                return rank_groups, reader, _MLA
             same = sorted(g.key for g in srv_groups) == sorted(g.key for g in rank_groups)
             if not same:
                 reader["notes"].append(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+from guard_core.commands.plan.mla_report import print_mla
 from guard_core.deployment.server_defaults import framework_label
 from guard_core.units import fmt_size
 
@@ -17,6 +18,10 @@ def print_report(r: dict, show_all: bool, out=sys.stdout) -> None:
     server's buffer, the verdict and remedies, then notes and the options not read."""
     w = out.write
     _print_header(r, w)
+    if r.get("area") == "mla":
+        print_mla(r, w)
+        _moe_line(r, w)
+        return
     if r["verdict"] == "not_applicable":
         _print_not_applicable(r, w)
         return

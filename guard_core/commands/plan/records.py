@@ -68,6 +68,7 @@ class ModelView:
     tp: int
     dcp: int
     not_applicable: str | None = None
+    mla: bool = False  # the server's own reader reads an MLA model (plan answers through the MLA stages)
 
 
 @dataclass
