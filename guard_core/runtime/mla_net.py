@@ -34,13 +34,22 @@ import sys
 
 from guard_core.runtime.settings import get_settings
 
-__all__ = ["MLA_CLASSES", "MLA_MODULE", "MLAWorksOverCapacity", "configure", "make_plan", "works_of"]
+__all__ = ["FAST_PLAN_FUNCTIONS", "MLA_CLASSES", "MLA_MODULE", "MLAWorksOverCapacity", "configure", "make_fast_plan",
+           "make_plan", "works_of", "works_of_fast_plan"]
 
 # FlashInfer's package re-exports the wrapper in every release (flashinfer/mla.py 0.5.0,
 # flashinfer/mla/_core.py 0.6.x, flashinfer/mla/_batch_mla/_wrapper.py 0.7.2): one class object
 MLA_MODULE = "flashinfer.mla"
 MLA_CLASSES = ("BatchMLAPagedAttentionWrapper",)
+# SGLang's sync-free MLA plans for CUDA-graph replay, module functions taking the wrapper first:
+# they call the planner module's plan directly and drop the plan info it returns
+# (flashinfer_mla_backend.py 0.5.5:1050-1085, 0.5.11:1053-1088, 0.5.23:1361-1446; bound by name
+# when a graph is captured, ``partial(fast_mla_decode_plan, decode_wrapper)`` 0.5.5:402, 0.5.11:405,
+# 0.5.23:377 and ``partial(fast_mla_prefill_plan, prefill_wrapper)`` 0.5.23:411)
+FAST_PLAN_MODULE = "sglang.srt.layers.attention.flashinfer_mla_backend"
+FAST_PLAN_FUNCTIONS = ("fast_mla_decode_plan", "fast_mla_prefill_plan")
 PLAN_INFO_LEN = 18  # MLAPlanInfo::ToVector
+NUM_BLKS_X = 0  # the cluster size (MLAPlan: plan_info.num_blks_x = cluster_size, scheduler.cuh 0.7.2.post1:1653)
 NUM_BLKS_Y = 1  # the clusters: work_indptr has num_blks_y + 1 entries
 WORK_INDPTR_OFFSET = 15
 PLAN_INFO_ATTR = "_plan_info"
@@ -87,13 +96,92 @@ def make_plan(orig, module=None):
     return plan
 
 
-def _finding(wrapper, before) -> MLAWorksOverCapacity | None:
+def make_fast_plan(orig, module=None):
+    """SGLang's ``fast_mla_decode_plan`` / ``fast_mla_prefill_plan`` (the patch table's ``make``),
+    checked after they run: the same works count, read where the plan put it (``works_of_fast_plan``)."""
+    where = _argument_places(orig)
+
+    def fast_plan(self, *args, **kwargs):
+        out = orig(self, *args, **kwargs)
+        finding = _finding(self, None, lambda: works_of_fast_plan(self, _arguments(where, args, kwargs)))
+        if finding is not None:
+            raise finding
+        return out
+    return fast_plan
+
+
+_FAST_ARGUMENTS = ("qo_indptr_cpu", "num_heads")
+
+
+def _argument_places(fn) -> dict | None:
+    """{name: its position after the wrapper} of the arguments the check reads (read once, at the wrap)."""
+    import inspect
+
+    try:
+        names = [p.name for p in inspect.signature(fn).parameters.values()
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][1:]
+    except (TypeError, ValueError):
+        return None
+    return {n: names.index(n) for n in _FAST_ARGUMENTS if n in names} if set(_FAST_ARGUMENTS) <= set(names) else None
+
+
+def _arguments(where, args, kwargs) -> dict:
+    if where is None:
+        raise ValueError("the fast plan's signature has no qo_indptr_cpu / num_heads")
+    return {n: args[i] if i < len(args) else kwargs[n] for n, i in where.items()}
+
+
+def works_of_fast_plan(wrapper, arguments: dict) -> int | None:
+    """``total_num_works`` of a sync-free SGLang MLA plan. It drops the plan info MLAPlan returned,
+    so the wrapper keeps the one of its first (full) plan; the int layout in it depends only on the
+    SM count (scheduler.cuh: 9 per-work arrays at the fixed stride, 5 of ``num_sm``), so the offset
+    of ``work_indptr`` still holds, and the clusters of this plan are MLAPlan's own step 0 on this
+    plan's arguments: ``cluster_size = 2 if sum(q_i * num_heads) / batch_size > 64 else 1`` over
+    ``num_sm = num_blks_x * num_blks_y`` of the first plan. None where the wrapper was never planned."""
+    info = getattr(wrapper, PLAN_INFO_ATTR, None)
+    if info is None:
+        return None
+    if len(info) != PLAN_INFO_LEN:
+        raise ValueError(f"plan info of {len(info)} entries")
+    heads = int(arguments["num_heads"])
+    batch, first_q, last_q = _ends(arguments["qo_indptr_cpu"])
+    if batch <= 0 or heads <= 0:
+        raise ValueError(f"batch {batch}, {heads} heads")
+    num_sm = int(info[NUM_BLKS_X]) * int(info[NUM_BLKS_Y])
+    avg = (((last_q - first_q) * heads) & 0xFFFFFFFF) // batch  # MLAPlan: int / uint32_t
+    avg = avg - (1 << 32) if avg >= 1 << 31 else avg
+    clusters = num_sm // (2 if avg > 64 else 1)
+    offset = int(info[WORK_INDPTR_OFFSET])
+    if clusters <= 0:
+        raise ValueError(f"{clusters} clusters")
+    first, works = _read_i32s(getattr(wrapper, PINNED_ATTR), offset, offset + ID_BYTES * clusters)
+    if first != 0 or works < 0:
+        raise ValueError(f"work_indptr [{first}, ..., {works}]")
+    return works
+
+
+def _ends(qo) -> tuple[int, int, int]:
+    """(batch size, first and last entry) of a host ``qo_indptr``: a contiguous int32 CPU tensor is
+    read at its address (about 1 us; indexing a tensor takes 1-2 us an entry), anything else by index."""
+    if callable(getattr(qo, "data_ptr", None)):
+        n = qo.numel()
+        if qo.device.type == "cpu" and qo.element_size() == ID_BYTES and qo.is_contiguous() and n > 0 \
+                and getattr(qo, "is_floating_point", lambda: True)() is False:
+            base = qo.data_ptr()
+            return n - 1, ctypes.c_int32.from_address(base).value, \
+                ctypes.c_int32.from_address(base + ID_BYTES * (n - 1)).value
+        return n - 1, int(qo[0]), int(qo[n - 1])
+    n = len(qo)
+    return n - 1, int(qo[0]), int(qo[n - 1])
+
+
+def _finding(wrapper, before, read=None) -> MLAWorksOverCapacity | None:
     """The over-capacity error for this plan, or None (also for every failure of ours)."""
     try:
         capacity_of = _state["capacity"]
         if capacity_of is None or not _armed():
             return None
-        works = works_of(wrapper, before)
+        works = works_of(wrapper, before) if read is None else read()
         if works is None:
             return None
         version = _version()

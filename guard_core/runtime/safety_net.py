@@ -201,6 +201,10 @@ def _rows(table: PatchTable) -> PatchTable:
                   for a in PLAN_ALIASES]
     table.row(mla_net.MLA_MODULE, HOOK_KEY + mla_net.MLA_MODULE, "safety net", wraps=tuple(wraps),
               error_key="safety-net")
+    # SGLang's sync-free MLA plans (CUDA-graph replays): the same check, read after them
+    table.row(mla_net.FAST_PLAN_MODULE, HOOK_KEY + mla_net.FAST_PLAN_MODULE, "safety net", error_key="safety-net",
+              wraps=tuple(Wrap(fn, mla_net.make_fast_plan, feature=lambda owner, m, fn=fn: callable(getattr(owner, fn, None)),
+                               required=False) for fn in mla_net.FAST_PLAN_FUNCTIONS))
     table.row("torch.cuda.graphs", HOOK_KEY + "torch.cuda.graphs", "safety net", error_key="safety-net",
               wraps=(Wrap("CUDAGraph.capture_end", _count_captures, feature=_takes_attributes, required=False),))
     return table

@@ -223,3 +223,91 @@ def test_a_byte_buffer_without_an_address_is_read_too():
     for bad in (-4, 6, 64, 61):
         with pytest.raises(ValueError):
             mla_net._read_i32s(buf, 0, bad)
+
+
+# SGLang's sync-free MLA plans (CUDA-graph replay: flashinfer_mla_backend.fast_mla_decode_plan /
+# fast_mla_prefill_plan) call the planner module directly and drop the plan info it returns: the
+# wrapper keeps the plan info of its first (full) plan. The stand-in below does the same.
+
+
+def _fill_work_indptr(w, works: int, clusters: int):
+    buf = w._pin_memory_int_workspace_buffer
+    wi = w._layout["mla_work_indptr"]
+    per, extra = divmod(works, clusters)
+    acc = 0
+    for c in range(clusters + 1):
+        buf.write_i32(wi + 4 * c, acc)
+        acc += per + (1 if c < extra else 0)
+
+
+def fast_mla_decode_plan(self, qo_indptr_cpu, kv_indptr_cpu, kv_indices, kv_len_arr_cpu, num_heads, head_dim_ckv,
+                         head_dim_kpe, page_size, causal, sm_scale, q_data_type, kv_data_type):
+    # what MLAPlan writes for this batch: ``self.works`` over ``self.fast_clusters`` clusters; the
+    # plan info it returns is dropped, as SGLang's function drops it
+    _fill_work_indptr(self, self.works, self.fast_clusters)
+
+
+@pytest.fixture
+def fast(wrapper):
+    mod = types.ModuleType(mla_net.FAST_PLAN_MODULE)
+    mod.fast_mla_decode_plan = fast_mla_decode_plan
+    mod.fast_mla_prefill_plan = fast_mla_decode_plan
+    net.patch_module(mod)
+    wrapper.plan()  # the first, full plan: plan info [2, 66, ...] (132 SMs)
+    return mod
+
+
+def _decode(n: int, heads: int = 128):
+    return ([*range(n + 1)], None, None, [1] * n, heads, 512, 64, 1, False, 0.1, None, None)
+
+
+def test_the_fast_plans_are_wrapped(fast):
+    got = net.patched_entry_points()
+    assert {f"{mla_net.FAST_PLAN_MODULE}.{fn}" for fn in mla_net.FAST_PLAN_FUNCTIONS} <= set(got), got
+
+
+@pytest.mark.parametrize("fn", mla_net.FAST_PLAN_FUNCTIONS)
+def test_a_fast_plan_over_capacity_stops(fast, wrapper, fn):
+    wrapper.works, wrapper.fast_clusters = CAP + 1, 66  # 128 heads, one token a request: cluster size 2
+    with pytest.raises(mla_net.MLAWorksOverCapacity) as ei:
+        getattr(fast, fn)(wrapper, *_decode(CAP + 1))
+    assert ei.value.works == CAP + 1
+    wrapper.works = CAP
+    assert getattr(fast, fn)(wrapper, *_decode(CAP)) is None
+    assert wrapper.log.lines == []
+
+
+def test_a_fast_plan_with_another_cluster_size_is_read_at_its_own_clusters(fast, wrapper):
+    """The first plan had 66 clusters of 2 (128 heads); this one 16 heads a row, average 16: 132
+    clusters of 1. work_indptr[66] is about half the works; work_indptr[132] is the count."""
+    wrapper.works, wrapper.fast_clusters = CAP + 2, 132
+    with pytest.raises(mla_net.MLAWorksOverCapacity) as ei:
+        fast.fast_mla_decode_plan(wrapper, *_decode(CAP + 2, heads=16))
+    assert ei.value.works == CAP + 2
+
+
+def test_a_fast_plan_by_keyword_is_read_too(fast, wrapper):
+    wrapper.works, wrapper.fast_clusters = CAP + 5, 66
+    args = dict(zip(("qo_indptr_cpu", "kv_indptr_cpu", "kv_indices", "kv_len_arr_cpu", "num_heads", "head_dim_ckv",
+                     "head_dim_kpe", "page_size", "causal", "sm_scale", "q_data_type", "kv_data_type"),
+                    _decode(CAP + 5)))
+    with pytest.raises(mla_net.MLAWorksOverCapacity):
+        fast.fast_mla_decode_plan(wrapper, **args)
+
+
+def test_a_fast_plan_we_cannot_read_runs_unchanged_with_one_warning(fast, wrapper):
+    wrapper.works, wrapper.fast_clusters = CAP + 1, 66
+    for _ in range(3):  # an empty batch: nothing to divide by; said once
+        assert fast.fast_mla_decode_plan(wrapper, *_decode(0)) is None
+    assert len(wrapper.log.lines) == 1 and "plans run unchecked" in wrapper.log.lines[0]
+
+
+def test_a_wrapper_never_planned_is_not_read(wrapper):
+    mod = types.ModuleType(mla_net.FAST_PLAN_MODULE)
+    mod.fast_mla_decode_plan = fast_mla_decode_plan
+    net.patch_module(mod)
+    w = type(wrapper)()
+    w.log = wrapper.log
+    w.works, w.fast_clusters = CAP + 1, 66
+    assert mod.fast_mla_decode_plan(w, *_decode(CAP + 1)) is None
+    assert wrapper.log.lines == []

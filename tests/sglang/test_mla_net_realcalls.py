@@ -124,3 +124,42 @@ def test_off_runs_unchecked(wrapper, monkeypatch):
     monkeypatch.setenv(MLA, "off")
     reset_settings_cache()
     assert _plan(wrapper, CAP + 64) is None
+
+
+# SGLang's own sync-free MLA plan for CUDA-graph replay (the installed
+# sglang/srt/layers/attention/flashinfer_mla_backend.py: fast_mla_decode_plan calls the wrapper's
+# planner module directly and drops the plan info it returns), patched by the net's row for that
+# module. The graph is captured with a small batch (the wrapper's full plan), replayed with one
+# over the stride.
+
+
+@pytest.fixture
+def sglang_fast(wrapper):
+    from sglang.srt.layers.attention import flashinfer_mla_backend as backend
+
+    net.patch_module(backend)
+    return backend
+
+
+def _fast_decode(backend, w, n: int, heads: int):
+    i32 = torch.int32
+    return backend.fast_mla_decode_plan(w, torch.arange(n + 1, dtype=i32), torch.arange(n + 1, dtype=i32),
+                                        torch.arange(n, dtype=i32), torch.ones(n, dtype=i32), heads, CKV, KPE, 1,
+                                        False, 0.1, torch.bfloat16, torch.bfloat16)
+
+
+def _capture(w, n: int, heads: int):
+    i32 = torch.int32
+    w.plan(torch.arange(n + 1, dtype=i32), torch.arange(n + 1, dtype=i32), torch.arange(n, dtype=i32),
+           torch.ones(n, dtype=i32), heads, CKV, KPE, 1, False, 0.1, torch.bfloat16, torch.bfloat16)
+
+
+@pytest.mark.parametrize("heads", [HEADS, 16])  # cluster size 2 (DP attention) and 1 (TP 8)
+def test_sglangs_fast_decode_plan_over_capacity_stops(sglang_fast, wrapper, heads):
+    assert f"{mla_net.FAST_PLAN_MODULE}.fast_mla_decode_plan" in net.patched_entry_points()
+    _capture(wrapper, 64, HEADS)  # plan info of a 128-head capture: 66 clusters of 2
+    with pytest.raises(mla_net.MLAWorksOverCapacity) as ei:
+        _fast_decode(sglang_fast, wrapper, CAP + 64, heads)
+    assert wrapper.module.replies[-1]["total_num_works"] == ei.value.works == CAP + 64  # FlashInfer's own count
+    assert _fast_decode(sglang_fast, wrapper, CAP - 64, heads) is None  # under: SGLang's own result
+    assert wrapper.module.replies[-1]["total_num_works"] == CAP - 64

@@ -22,10 +22,9 @@ def _guard(server: ServerConfig) -> str:
     if s.mla == "off" or s.workspace == "off":
         why = "FLASHINFER_GUARD_MLA=off" if s.mla == "off" else "FLASHINFER_GUARD_WORKSPACE=off (the net rides on it)"
         return f"the MLA net is off ({why}): nothing checks the MLA works count"
-    return ("the net after each BatchMLAPagedAttentionWrapper.plan raises one clear error before the kernel runs "
-            "when the works pass the capacity (fails closed); SGLang's CUDA-graph replays "
-            "(fast_mla_decode_plan / fast_mla_prefill_plan) call the planner directly and are not checked yet; "
-            "nothing acts at start-up yet (issue 38 item 2)")
+    return ("the net after each BatchMLAPagedAttentionWrapper.plan and each SGLang CUDA-graph replay plan "
+            "(fast_mla_decode_plan / fast_mla_prefill_plan) raises one clear error before the kernel runs "
+            "when the works pass the capacity (fails closed); nothing acts at start-up yet (issue 38 item 2)")
 
 
 def mla_not_applicable(cmd: Command, server: ServerConfig, mfs) -> dict:
