@@ -76,6 +76,7 @@ class ForkServer:
         self.broken: str | None = None
         self.preloaded = 0
         self.served = 0
+        self.inflight = 0  # requests between their choice of this zygote and their answer (_servers_lock)
 
     # ---- the zygote process
     def _start(self) -> None:
@@ -195,7 +196,7 @@ def _read_text(path: str) -> str:
 
 _servers: dict[tuple, ForkServer] = {}
 _servers_lock = threading.Lock()
-MAX_ZYGOTES = 3  # per pytest process: each costs one import of the framework's third-party closure
+MAX_ZYGOTES = 3  # at once per pytest process (each holds the framework's third-party closure); LRU beyond
 
 
 def _fingerprint(env: dict[str, str]) -> tuple:
@@ -237,16 +238,32 @@ def run(argv: list[str], *, env: dict[str, str] | None = None, discover: list[st
     if _enabled() and not fresh:
         discover = discover_modules_for_installed() if discover is None else discover
         key = (sys.executable, tuple(discover), _fingerprint(env))
+        evicted = None
         with _servers_lock:
-            server = _servers.get(key)
+            server = _servers.pop(key, None)
+            if server is None and len(_servers) >= MAX_ZYGOTES:
+                # the least recently used zygote with no request in flight makes room (a pytest
+                # process meets more environments than it keeps zygotes: before this, every request
+                # after the third environment ran as a fresh interpreter, ~10 s of CPU each on vLLM)
+                idle = next((k for k, s in _servers.items() if not s.inflight), None)
+                if idle is not None:
+                    evicted = _servers.pop(idle)
             if server is None and len(_servers) < MAX_ZYGOTES:
-                server = _servers[key] = ForkServer(discover, env, None)
-        if server is not None and not server.servable(argv, env):
-            server = None
-    if server is not None:
-        done = server.run(argv, env, cwd, timeout)
-        if done is not _SAME_AS_SUBPROCESS:
-            return done
+                server = ForkServer(discover, env, None)
+            if server is not None:
+                _servers[key] = server  # the most recently used last
+                server.inflight += 1
+        if evicted is not None:
+            evicted.close()
+        if server is not None:
+            try:
+                if server.servable(argv, env):
+                    done = server.run(argv, env, cwd, timeout)
+                    if done is not _SAME_AS_SUBPROCESS:
+                        return done
+            finally:
+                with _servers_lock:
+                    server.inflight -= 1
     return subprocess.run(argv, env=env, cwd=cwd, timeout=timeout, capture_output=True, text=True)
 
 

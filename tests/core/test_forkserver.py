@@ -125,3 +125,30 @@ def test_c_and_m_forms_get_the_argv_and_path_python_gives_them(tmp_path):
     assert m.returncode == 0, m.stderr
     assert m.stdout.split()[-2:] == ["__main__", "True"] and "'x'" in m.stdout
     forkserver.close_all()
+
+
+def test_more_environments_than_zygotes_are_still_forked(script):
+    """A pytest process meets more environments than it keeps zygotes (MAX_ZYGOTES): the least
+    recently used idle zygote makes room, so the fourth and later environments are forked too (before:
+    a fresh interpreter each, ~10 s of CPU per vLLM scenario), and a zygote in use is never closed."""
+    forkserver.close_all()
+    n = forkserver.MAX_ZYGOTES + 3
+    for i in range(n):
+        got = _run(script, "ok", LANG_FG_TEST=str(i))
+        assert got.returncode == 0 and _state(got)["preloaded"], f"environment {i} was not forked"
+        assert len(forkserver._servers) <= forkserver.MAX_ZYGOTES
+    assert [s.env.get("LANG_FG_TEST") for s in forkserver._servers.values()] == [
+        str(i) for i in range(n - forkserver.MAX_ZYGOTES, n)]
+    again = _run(script, "ok", LANG_FG_TEST=str(n - 1))  # the most recent one is kept
+    assert _state(again)["preloaded"] and forkserver._servers[next(reversed(forkserver._servers))].served == 2
+    # every zygote busy: a new environment runs as a fresh interpreter, nothing is closed under a request
+    for s in forkserver._servers.values():
+        s.inflight += 1
+    try:
+        busy = _run(script, "ok", LANG_FG_TEST="busy")
+        assert busy.returncode == 0 and not _state(busy)["preloaded"]
+        assert "busy" not in [s.env.get("LANG_FG_TEST") for s in forkserver._servers.values()]
+    finally:
+        for s in forkserver._servers.values():
+            s.inflight -= 1
+    forkserver.close_all()
