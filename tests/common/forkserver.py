@@ -279,11 +279,90 @@ _discovery: dict[tuple, list[str]] = {}
 
 
 def _discovered(entry: tuple, env: dict[str, str]) -> list[str]:
-    """The third-party modules a fresh interpreter has loaded after importing ``entry``, found once."""
+    """The third-party modules a fresh interpreter has loaded after importing ``entry``, found once
+    per environment's installed packages: kept in a file beside the environments (``_discovery_file``)
+    and shared by every pytest process (xdist workers, shards, lines' reruns), each of which found it
+    anew before, ~13 s of CPU each. Only what the zygote preloads comes from it: a stale list costs
+    speed, never a scenario's behaviour (a module it lacks is imported in the child; a framework module
+    in it is refused by the zygote's own check)."""
     key = (sys.executable, entry)
     if key not in _discovery:
-        _discovery[key] = [m for m in _discover_modules(list(entry), env) if m.split(".")[0] not in EXCLUDED]
+        path = _discovery_file(entry)
+        with _listing_lock(path):  # processes starting together: one discovers, the others read it
+            found = _read_listing(path)
+            if found is None:
+                found = [m for m in _discover_modules(list(entry), env) if m.split(".")[0] not in EXCLUDED]
+                if found and path is not None:
+                    _write_listing(path, found)
+        _discovery[key] = found
     return _discovery[key]
+
+
+class _listing_lock:
+    """An exclusive ``flock`` on ``<path>.lock`` (nothing where there is no path or no lock)."""
+
+    def __init__(self, path: str | None):
+        self.path, self.fd = path, None
+
+    def __enter__(self):
+        if self.path is not None:
+            try:
+                import fcntl
+
+                os.makedirs(os.path.dirname(self.path), exist_ok=True)
+                self.fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+                fcntl.flock(self.fd, fcntl.LOCK_EX)
+            except (OSError, ImportError):
+                self.fd = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            os.close(self.fd)  # releases the lock
+        return False
+
+
+def _discovery_file(entry: tuple) -> str | None:
+    """``<FLASHINFER_GUARD_HOME>/forkserver/<digest>.json``: the digest of the interpreter, the entry
+    modules and the installed distributions (their ``.dist-info`` names: name and version), so an
+    install of another version of anything finds the listing again."""
+    import hashlib
+    import site
+
+    try:
+        stamp = [sys.executable, os.path.realpath(sys.executable), *entry]
+        for d in site.getsitepackages():
+            try:
+                stamp += sorted(n for n in os.listdir(d) if n.endswith((".dist-info", ".egg-info")))
+            except OSError:
+                continue
+        home = os.environ.get("FLASHINFER_GUARD_HOME") or os.path.expanduser("~/.cache/flashinfer-guard")
+        digest = hashlib.sha256("\0".join(stamp).encode()).hexdigest()[:24]
+        return os.path.join(home, "forkserver", f"discovery-{digest}.json")
+    except Exception:
+        return None
+
+
+def _read_listing(path: str | None) -> list[str] | None:
+    if path is None:
+        return None
+    try:
+        with open(path) as f:
+            got = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return got if isinstance(got, list) and got and all(isinstance(m, str) for m in got) else None
+
+
+def _write_listing(path: str, modules: list[str]) -> None:
+    try:  # written whole, then renamed: a reader sees the old file or the new one
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".discovery-", dir=os.path.dirname(path))
+        with os.fdopen(fd, "w") as f:
+            json.dump(modules, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def _discover_modules(entry: list[str], env: dict[str, str]) -> list[str]:

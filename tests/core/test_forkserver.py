@@ -152,3 +152,26 @@ def test_more_environments_than_zygotes_are_still_forked(script):
         for s in forkserver._servers.values():
             s.inflight -= 1
     forkserver.close_all()
+
+
+def test_the_preload_listing_is_found_once_for_every_process(tmp_path, monkeypatch):
+    """Every pytest process (xdist workers, shards) used to start its own discovery interpreter (~13 s
+    of CPU on a framework): the listing is kept beside the environments and read back; a broken file
+    is found again."""
+    monkeypatch.setenv("FLASHINFER_GUARD_HOME", str(tmp_path))
+    entry = tuple(DISCOVER)
+    calls = []
+    real = forkserver._discover_modules
+    monkeypatch.setattr(forkserver, "_discover_modules", lambda e, env: calls.append(e) or real(e, env))
+    monkeypatch.setattr(forkserver, "_discovery", {})
+    first = forkserver._discovered(entry, dict(os.environ))
+    assert "email.mime.text" in first and len(calls) == 1
+    path = forkserver._discovery_file(entry)
+    assert path.startswith(str(tmp_path)) and os.path.exists(path)
+    monkeypatch.setattr(forkserver, "_discovery", {})  # another process
+    assert forkserver._discovered(entry, dict(os.environ)) == first and len(calls) == 1
+    with open(path, "w") as f:
+        f.write('{"not": "a list"}')
+    monkeypatch.setattr(forkserver, "_discovery", {})
+    assert forkserver._discovered(entry, dict(os.environ)) == first and len(calls) == 2
+    assert forkserver._discovery_file(("another.entry",)) != path
